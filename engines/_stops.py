@@ -1,0 +1,46 @@
+"""Stop sequences over a stream of text pieces: emit what is safe, hold back a possible stop."""
+
+from __future__ import annotations
+
+__all__ = ["StopMatcher"]
+
+
+class StopMatcher:
+    """Feed generated text piece by piece; get back the text that may be sent to the client.
+
+    Text that could be the start of a stop sequence is held back until it is decided, so a
+    client never sees any part of a stop sequence.
+    """
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self._stops = tuple(s for s in stops if s)
+        self._pending = ""
+        self.stopped = False
+
+    def feed(self, piece: str) -> str:
+        """Return the text to emit now; sets `stopped` once a stop sequence has been seen."""
+        if self.stopped:
+            return ""
+        text = self._pending + piece
+        cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped, self._pending = True, ""
+            return text[:cut]
+        keep = self._held_back_length(text)
+        self._pending = text[len(text) - keep :] if keep else ""
+        return text[: len(text) - keep]
+
+    def flush(self) -> str:
+        """At the end of generation: release what was held back (no stop followed)."""
+        text, self._pending = self._pending, ""
+        return "" if self.stopped else text
+
+    def _held_back_length(self, text: str) -> int:
+        """Length of the longest suffix of `text` that is a proper prefix of a stop sequence."""
+        longest = 0
+        for stop in self._stops:
+            for size in range(min(len(stop) - 1, len(text)), longest, -1):
+                if text.endswith(stop[:size]):
+                    longest = size
+                    break
+        return longest

@@ -1,0 +1,225 @@
+"""The Litestar application: OpenAI-compatible and task-named endpoints under /api/v1 and /v1."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Literal, TypeVar
+
+from litestar import Litestar, Request, Response, Router, get, post
+from litestar.exceptions import HTTPException
+from litestar.response import Stream
+from pydantic import BaseModel, ValidationError
+
+from gateway._responses import collect_body, sse_events
+from gateway._runtime import Runtime
+from gateway._schemas import ChatRequest, CompletionRequest, SamplingFields, TaskRequest
+from gateway._service import Generation, start_generation
+from router import BadRequestError, RequestError
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("zest.gateway")
+Body = TypeVar("Body", bound=BaseModel)
+Kind = Literal["chat", "completion"]
+ROUTE_HEADER = "x-zest-route"
+
+
+async def _parse(request: Request[Any, Any, Any], schema: type[Body]) -> Body:
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequestError(
+            f"the request body is not valid JSON: {exc}: send a JSON object"
+        ) from None
+    if not isinstance(data, dict):
+        raise BadRequestError("the request body must be a JSON object")
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(exc, schema) from None
+
+
+def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadRequestError:
+    err = exc.errors()[0]
+    param = ".".join(str(p) for p in err["loc"]) or None
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][-1]), list(schema.model_fields), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "remove it (the README lists them)"
+        message = f"unknown parameter: {hint}"
+    elif err["type"] == "missing":
+        message = "missing required parameter"
+    elif param == "n":
+        message = "only n=1 is supported: send one request per completion"
+    else:
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] != "value_error":
+            message += f", got {err['input']!r}"
+    return BadRequestError(f"{param}: {message}" if param else message, param=param)
+
+
+async def _respond(
+    runtime: Runtime, name: str, kind: Kind, body: SamplingFields, **inputs: Any
+) -> Response[Any]:
+    gen = await start_generation(runtime, name, kind=kind, body=body, **inputs)
+    headers = {ROUTE_HEADER: gen.route_header()}
+    if body.stream:
+        return _stream_response(gen, kind, name, body.include_usage(), headers)
+    try:
+        payload = await collect_body(gen, kind, name)
+    finally:
+        await gen.aclose()
+    return Response(payload, headers=headers)
+
+
+def _stream_response(
+    gen: Generation, kind: Kind, name: str, include_usage: bool, headers: dict[str, str]
+) -> Stream:
+    events = sse_events(gen, kind, name, include_usage)
+    return Stream(
+        events,
+        media_type="text/event-stream",
+        headers={**headers, "cache-control": "no-cache", "x-accel-buffering": "no"},
+    )
+
+
+@post("/chat/completions", status_code=200)
+async def chat_completions(request: Request[Any, Any, Any], runtime: Runtime) -> Response[Any]:
+    body = await _parse(request, ChatRequest)
+    return await _respond(runtime, body.model, "chat", body, messages=body.messages)
+
+
+@post("/completions", status_code=200)
+async def completions(request: Request[Any, Any, Any], runtime: Runtime) -> Response[Any]:
+    body = await _parse(request, CompletionRequest)
+    return await _respond(runtime, body.model, "completion", body, prompt=body.prompt_text())
+
+
+@post("/tasks/{task:str}", status_code=200)
+async def task_endpoint(
+    task: str, request: Request[Any, Any, Any], runtime: Runtime
+) -> Response[Any]:
+    body = await _parse(request, TaskRequest)
+    route = runtime.routes.config.routes.get(task)
+    kind: Kind = route.kind if route else "chat"
+    if body.messages is not None:
+        if kind == "completion":
+            raise BadRequestError(
+                f"task {task!r} is a completion route: send 'prompt' (or 'input'), not messages",
+                param="messages",
+            )
+        return await _respond(runtime, task, kind, body, messages=body.messages)
+    text = body.text() or ""
+    if kind == "chat":
+        from gateway._schemas import ChatMessage
+
+        return await _respond(
+            runtime, task, kind, body, messages=[ChatMessage(role="user", content=text)]
+        )
+    return await _respond(runtime, task, kind, body, prompt=text)
+
+
+@get("/models")
+async def list_models(runtime: Runtime) -> dict[str, Any]:
+    config = runtime.routes.config
+    data = [
+        {
+            "id": task,
+            "object": "model",
+            "created": 0,
+            "owned_by": "zest",
+            "zest": {
+                "type": "task",
+                "kind": route.kind,
+                "model": route.model,
+                "device": route.device,
+                "description": route.description,
+            },
+        }
+        for task, route in config.routes.items()
+    ]
+    if config.expose_models:
+        data += [
+            {
+                "id": model_id,
+                "object": "model",
+                "created": 0,
+                "owned_by": "zest",
+                "zest": {"type": "model", "engine": model.engine},
+            }
+            for model_id, model in config.models.items()
+        ]
+    return {"object": "list", "data": data}
+
+
+@get("/health")
+async def health(runtime: Runtime) -> dict[str, Any]:
+    return {"status": "ok", "models_loaded": sorted(runtime.engines)}
+
+
+def _request_error(_: Request[Any, Any, Any], exc: RequestError) -> Response[Any]:
+    return Response(exc.to_body(), status_code=exc.status_code)
+
+
+def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    status = exc.status_code
+    message = exc.detail or "error"
+    if status == 404:
+        message = f"no such endpoint: {request.method} {request.url.path} (see README for the API)"
+    elif status == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+    body = {
+        "error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+    }
+    return Response(body, status_code=status, headers=exc.headers)
+
+
+def _internal_error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    log.exception("unhandled error", exc_info=exc)
+    body = {
+        "error": {
+            "message": f"internal error: {type(exc).__name__}; see the server log",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+    }
+    return Response(body, status_code=500)
+
+
+def create_app(runtime: Runtime) -> Litestar:
+    """The ASGI app; `runtime` is loaded on startup and closed on shutdown."""
+    handlers = [chat_completions, completions, task_endpoint, list_models, health]
+
+    @asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    async def provide_runtime() -> Runtime:
+        return runtime
+
+    from litestar.di import Provide
+
+    return Litestar(
+        route_handlers=[
+            Router("/api/v1", route_handlers=handlers),
+            Router("/v1", route_handlers=handlers),
+        ],
+        dependencies={"runtime": Provide(provide_runtime, use_cache=True)},
+        exception_handlers={
+            RequestError: _request_error,
+            HTTPException: _http_error,
+            Exception: _internal_error,
+        },
+        lifespan=[lifespan],
+        openapi_config=None,
+        logging_config=None,
+    )

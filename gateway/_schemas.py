@@ -1,0 +1,140 @@
+"""OpenAI-shaped request bodies, validated strictly so a typo gets a clear 400, not silence."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "ChatMessage",
+    "ChatRequest",
+    "CompletionRequest",
+    "SamplingFields",
+    "StreamOptions",
+    "TaskRequest",
+]
+
+MAX_STOPS = 16
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class SamplingFields(_Body):
+    """Fields every generation endpoint accepts (OpenAI's, plus llama.cpp's usual extras)."""
+
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repeat_penalty: float | None = Field(default=None, gt=0.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: Literal[1] = 1
+    user: str | None = None
+    logprobs: Literal[False] | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _check_stop(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        stops = [stop] if isinstance(stop, str) else stop or []
+        if len(stops) > MAX_STOPS:
+            raise ValueError(f"at most {MAX_STOPS} stop sequences are allowed")
+        if any(not s for s in stops):
+            raise ValueError("stop sequences must not be empty strings")
+        return stop
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> SamplingFields:
+        both = (self.max_tokens, self.max_completion_tokens)
+        if None not in both and both[0] != both[1]:
+            raise ValueError("give max_tokens or max_completion_tokens, not two different ones")
+        return self
+
+    def stops(self) -> tuple[str, ...]:
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+def _check_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
+    if not messages:
+        raise ValueError("messages must hold at least one message")
+    return messages
+
+
+class ChatRequest(SamplingFields):
+    model: str
+    messages: list[ChatMessage]
+
+    _messages = field_validator("messages")(_check_messages)
+
+
+class CompletionRequest(SamplingFields):
+    model: str
+    prompt: str | list[str]
+    echo: Literal[False] | None = None
+    suffix: None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, prompt: str | list[str]) -> str | list[str]:
+        if isinstance(prompt, list) and len(prompt) != 1:
+            raise ValueError("send exactly one prompt (batches of prompts are not supported)")
+        return prompt
+
+    def prompt_text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+
+class TaskRequest(SamplingFields):
+    """POST /v1/tasks/{task}: messages for chat routes, or prompt/input text for either kind."""
+
+    model: str | None = None
+    messages: list[ChatMessage] | None = None
+    prompt: str | None = None
+    input: str | None = None
+
+    @model_validator(mode="after")
+    def _one_input(self) -> TaskRequest:
+        given = [k for k in ("messages", "prompt", "input") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("send exactly one of messages, prompt or input")
+        if self.messages is not None:
+            _check_messages(self.messages)
+        return self
+
+    def text(self) -> str | None:
+        return self.prompt if self.prompt is not None else self.input

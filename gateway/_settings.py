@@ -1,0 +1,19 @@
+"""Deployment settings: environment variables with the ZEST_ prefix, overridden by CLI flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ZEST_", extra="forbid")
+
+    routes: Path = Path("routes.yaml")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -1,0 +1,118 @@
+"""The `zest` command line: serve and check."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway._settings import Settings
+from router import ConfigError, LoadedRoutes, ZestError, load_routes
+
+__all__ = ["main"]
+
+log = logging.getLogger("zest")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print("\n".join(exc.problems), file=sys.stderr)
+        return 1
+    except ZestError as exc:
+        print(f"zest: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zest", description="Declarative routing gateway for local LLMs."
+    )
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="serve the routes file over HTTP")
+    serve.add_argument(
+        "--routes", type=Path, help="routes file (default: $ZEST_ROUTES or routes.yaml)"
+    )
+    serve.add_argument("--host", help="address to bind (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to bind (default: 8000)")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(func=_serve)
+
+    check = commands.add_parser("check", help="validate a routes file and print its routes")
+    check.add_argument(
+        "file", nargs="?", type=Path, help="routes file (default: $ZEST_ROUTES or routes.yaml)"
+    )
+    check.set_defaults(func=_check)
+    return parser
+
+
+def _settings(**overrides: object) -> Settings:
+    given = {key: value for key, value in overrides.items() if value is not None}
+    return Settings(**given)  # type: ignore[arg-type]
+
+
+def _check(args: argparse.Namespace) -> int:
+    loaded = load_routes(_settings(routes=args.file).routes)
+    print(_routes_table(loaded))
+    config = loaded.config
+    print(f"\n{loaded.path}: OK ({len(config.routes)} routes, {len(config.models)} models)")
+    return 0
+
+
+def _routes_table(loaded: LoadedRoutes) -> str:
+    config = loaded.config
+    rows = [("TASK", "KIND", "MODEL", "ENGINE", "DEVICE", "MAX_TOKENS", "SOURCE")]
+    for task, route in config.routes.items():
+        model = config.models[route.model]
+        rows.append(
+            (
+                task,
+                route.kind,
+                route.model,
+                model.engine,
+                route.device,
+                str(route.max_tokens),
+                model.source,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway._app import create_app
+    from gateway._runtime import Runtime
+
+    settings = _settings(
+        routes=args.routes, host=args.host, port=args.port, log_level=args.log_level
+    )
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+    )
+    runtime = Runtime(load_routes(settings.routes))
+    log.info("routes %s: %s", runtime.routes.path, ", ".join(runtime.routes.config.routes))
+    log.info("devices found: %s", ", ".join(sorted(runtime.devices)))
+    asyncio.run(runtime.start())  # load models before binding: a bad model fails the start here
+    log.info(
+        "serving on http://%s:%d/v1 (OpenAI-compatible) and /api/v1", settings.host, settings.port
+    )
+    uvicorn.run(
+        create_app(runtime),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None,
+        timeout_graceful_shutdown=5,
+    )
+    return 0

@@ -1,0 +1,87 @@
+"""The one exception tree of zest.
+
+    ZestError
+    ├── ConfigError                 routes.yaml is invalid (file, key path, fix for each problem)
+    └── RequestError                carries an HTTP status and an OpenAI error type/code
+        ├── BadRequestError         400 invalid_request_error
+        │   └── ContextLengthExceededError   400 code=context_length_exceeded
+        ├── UnknownTaskError        404 code=model_not_found
+        └── ServiceUnavailableError 503 (device missing, model not loaded, engine failure)
+            └── EngineError         an engine failed while generating (foreign errors chained)
+
+Engines translate foreign exceptions at their boundary (`raise EngineError(...) from exc`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BadRequestError",
+    "ConfigError",
+    "ContextLengthExceededError",
+    "EngineError",
+    "RequestError",
+    "ServiceUnavailableError",
+    "UnknownTaskError",
+    "ZestError",
+]
+
+
+class ZestError(Exception):
+    """Root of every error zest raises on purpose."""
+
+
+class ConfigError(ZestError):
+    """routes.yaml is invalid; `problems` holds one line per problem, each naming file and key."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class RequestError(ZestError):
+    """An error answered to a client, with its HTTP status and OpenAI error fields."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def to_body(self) -> dict[str, dict[str, str | None]]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class BadRequestError(RequestError):
+    status_code = 400
+
+
+class ContextLengthExceededError(BadRequestError):
+    def __init__(self, message: str, *, param: str | None = "messages") -> None:
+        super().__init__(message, param=param, code="context_length_exceeded")
+
+
+class UnknownTaskError(RequestError):
+    status_code = 404
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, param="model", code="model_not_found")
+
+
+class ServiceUnavailableError(RequestError):
+    status_code = 503
+    error_type = "service_unavailable"
+
+
+class EngineError(ServiceUnavailableError):
+    status_code = 500
+    error_type = "engine_error"

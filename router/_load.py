@@ -1,0 +1,159 @@
+"""Reading routes.yaml: YAML, schema, cross-references, and errors that name file, key and fix."""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from router._errors import ConfigError
+from router._schema import ENGINES, LlamaCppModel, RoutesFile
+
+__all__ = ["LoadedRoutes", "load_routes", "parse_routes"]
+
+_ENGINE_MODELS: dict[str, type[BaseModel]] = {"llamacpp": LlamaCppModel}
+
+
+@dataclass(frozen=True)
+class LoadedRoutes:
+    """A validated routes file and where it came from (relative model paths start there)."""
+
+    config: RoutesFile
+    path: Path
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+
+def load_routes(path: str | Path) -> LoadedRoutes:
+    """Read and validate a routes file; raise ConfigError listing every problem found."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            [f"{path}: file not found: pass an existing file with --routes or ZEST_ROUTES"]
+        ) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read the file: {exc.strerror}"]) from exc
+    return LoadedRoutes(config=parse_routes(text, str(path)), path=path.resolve())
+
+
+def parse_routes(text: str, filename: str) -> RoutesFile:
+    """Validate routes.yaml text; `filename` prefixes every error line."""
+    data = _parse_yaml(text, filename)
+    try:
+        config = RoutesFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError([_format_error(filename, err) for err in exc.errors()]) from None
+    problems = _cross_reference_problems(config)
+    if problems:
+        raise ConfigError([f"{filename}: {problem}" for problem in problems])
+    return config
+
+
+def _parse_yaml(text: str, filename: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(
+            [f"{filename}: invalid YAML{where}: {problem}: fix the syntax there"]
+        ) from None
+    if data is None:
+        raise ConfigError([f"{filename}: the file is empty: start with 'version: 1'"])
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [f"{filename}: the top level must be a mapping with version, models and routes"]
+        )
+    return data
+
+
+def _cross_reference_problems(config: RoutesFile) -> list[str]:
+    known = ", ".join(sorted(config.models))
+    return [
+        f"routes.{task}.model: unknown model {route.model!r} (known: {known})"
+        for task, route in config.routes.items()
+        if route.model not in config.models
+    ]
+
+
+def _format_error(filename: str, err: ErrorDetails) -> str:
+    loc = _display_loc(err["loc"])
+    path = ".".join(str(part) for part in loc) or "(top level)"
+    return f"{filename}: {path}: {_describe(err, loc, err['loc'])}"
+
+
+def _display_loc(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """Drop the discriminator tag pydantic inserts under models.<name>."""
+    if len(loc) >= 3 and loc[0] == "models" and loc[2] in _ENGINE_MODELS:
+        return loc[:2] + loc[3:]
+    return loc
+
+
+def _describe(err: ErrorDetails, loc: tuple[int | str, ...], raw: tuple[int | str, ...]) -> str:
+    kind, ctx = err["type"], err.get("ctx", {})
+    if kind == "extra_forbidden":
+        return _unknown_key_message(str(loc[-1]), _model_at(raw[:-1]))
+    if kind == "missing":
+        return f"missing required key {str(loc[-1])!r}: add it"
+    if kind == "union_tag_invalid":
+        return f"unknown engine {ctx.get('tag')!r} (known: {', '.join(ENGINES)})"
+    if kind == "union_tag_not_found":
+        return f"missing required key 'engine' (known engines: {', '.join(ENGINES)})"
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
+        return f"invalid value {err['input']!r} (expected one of: {expected})"
+    if kind == "value_error":
+        return str(err["msg"]).removeprefix("Value error, ")
+    message = str(err["msg"])
+    return f"{message[0].lower()}{message[1:]}, got {err['input']!r}"
+
+
+def _unknown_key_message(key: str, model: type[BaseModel] | None) -> str:
+    allowed = sorted(model.model_fields) if model else []
+    message = f"unknown key {key!r}"
+    close = difflib.get_close_matches(key, allowed, n=1)
+    if close:
+        message += f": did you mean {close[0]!r}?"
+    if allowed:
+        message += f" (allowed: {', '.join(allowed)})"
+    return message
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The pydantic model that validates the mapping at `loc` (raw pydantic loc, tags included)."""
+    current: Any = RoutesFile
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part))
+            current = _unwrap(field.annotation) if field else None
+        elif typing.get_origin(current) is dict:
+            current = _unwrap(typing.get_args(current)[1])
+            if parts and str(parts[0]) in _ENGINE_MODELS:  # the discriminator tag
+                current = _ENGINE_MODELS[str(parts.pop(0))]
+        else:
+            return None
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Annotated/Optional; a discriminated union of models becomes None (tag decides)."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return members[0] if len(members) == 1 else None
+    return annotation

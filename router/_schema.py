@@ -1,0 +1,120 @@
+"""The routes.yaml schema: pydantic models that forbid unknown keys.
+
+Everything is validated at load; nothing about the file is checked per request.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "DEVICES",
+    "Device",
+    "LlamaCppModel",
+    "LlamaCppOptions",
+    "ModelConfig",
+    "RouteConfig",
+    "RoutesFile",
+    "Sampling",
+]
+
+Device = Literal["cpu", "gpu", "npu", "auto", "hybrid"]
+DEVICES: tuple[str, ...] = ("cpu", "gpu", "npu", "auto", "hybrid")
+# Task and model names appear in URLs and headers: keep them to a safe alphabet.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+SOURCE_PATTERNS = {
+    "pkg": re.compile(r"^pkg:[A-Za-z0-9._-]+/.+$"),
+    "hf": re.compile(r"^hf:[A-Za-z0-9._-]+/[A-Za-z0-9._-]+/.+$"),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LlamaCppOptions(_Strict):
+    """Options handed to llama.cpp when the model is loaded."""
+
+    n_threads: int | None = Field(default=None, ge=1, le=512)
+    n_threads_batch: int | None = Field(default=None, ge=1, le=512)
+    n_batch: int = Field(default=512, ge=1, le=65536)
+    n_ubatch: int = Field(default=512, ge=1, le=65536)
+    flash_attn: bool = True
+    kv_cache_type: Literal["f16", "q8_0", "q4_0"] = "f16"
+    mmap: bool = True
+
+
+class LlamaCppModel(_Strict):
+    engine: Literal["llamacpp"]
+    source: str
+    context_length: int | None = Field(default=None, ge=16, le=1_048_576)
+    options: LlamaCppOptions = LlamaCppOptions()
+
+    @field_validator("source")
+    @classmethod
+    def _check_source(cls, source: str) -> str:
+        scheme, sep, _ = source.partition(":")
+        pattern = SOURCE_PATTERNS.get(scheme) if sep else None
+        if pattern is not None and not pattern.match(source):
+            forms = {"pkg": "pkg:DISTRIBUTION/FILE", "hf": "hf:ORG/REPO/FILE"}
+            raise ValueError(f"malformed source {source!r}: write it as {forms[scheme]}")
+        if not source.strip():
+            raise ValueError("empty source: give a file path, pkg:DIST/FILE or hf:ORG/REPO/FILE")
+        return source
+
+
+# One entry per engine; `engine` is the discriminator. Later engines join this union.
+ModelConfig = Annotated[LlamaCppModel, Field(discriminator="engine")]
+ENGINES: tuple[str, ...] = ("llamacpp",)
+
+
+class Sampling(_Strict):
+    """Sampling defaults of a route; a request's own values win."""
+
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
+    top_k: int = Field(default=40, ge=0)
+    min_p: float = Field(default=0.05, ge=0.0, le=1.0)
+    repeat_penalty: float = Field(default=1.0, gt=0.0)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+class RouteConfig(_Strict):
+    kind: Literal["chat", "completion"]
+    model: str
+    device: Device = "auto"
+    max_tokens: int = Field(default=512, ge=1, le=1_048_576)
+    system_prompt: str | None = None
+    description: str = ""
+    sampling: Sampling = Sampling()
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _check_system_prompt(cls, prompt: str | None) -> str | None:
+        if prompt is not None and not prompt.strip():
+            raise ValueError("empty system_prompt: remove the key or write the instruction")
+        return prompt
+
+
+class RoutesFile(_Strict):
+    version: Literal[1]
+    expose_models: bool = False
+    models: dict[str, ModelConfig]
+    routes: dict[str, RouteConfig]
+
+    @field_validator("models", "routes")
+    @classmethod
+    def _check_names(cls, table: dict[str, object]) -> dict[str, object]:
+        for name in table:
+            if not NAME_PATTERN.match(name):
+                raise ValueError(
+                    f"invalid name {name!r}: use letters, digits, '.', '_' or '-' "
+                    "(it appears in URLs), starting with a letter or digit"
+                )
+        if not table:
+            raise ValueError("empty table: declare at least one entry")
+        return table
