@@ -38,6 +38,8 @@ class GenerationJob:
     presence_penalty: float
     seed: int | None
     stop: tuple[str, ...]
+    # Names the request in engine logs (request id, task); never the prompt itself.
+    label: str = ""
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
 
     def cancel(self) -> None:

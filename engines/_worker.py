@@ -11,6 +11,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
@@ -66,9 +67,21 @@ class GenerationWorker:
             task.send(None)
 
     def _run_one(self, task: _Task) -> None:
+        job, started = task.job, time.perf_counter()
         try:
-            for delta in self._generate(task.job):
+            for delta in self._generate(job):
                 task.send(delta)
+                if delta.finish_reason is not None:
+                    log.info(
+                        "%s: finish=%s prompt_tokens=%d completion_tokens=%d max_tokens=%d "
+                        "seconds=%.3f",
+                        job.label or "job",
+                        delta.finish_reason,
+                        len(job.prompt_tokens),
+                        delta.completion_tokens,
+                        job.max_tokens,
+                        time.perf_counter() - started,
+                    )
         except ZestError as exc:
             task.send(exc)
         except Exception as exc:  # foreign errors become EngineError at the engine boundary

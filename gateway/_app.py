@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
@@ -65,8 +66,11 @@ def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadReque
 async def _respond(
     runtime: Runtime, name: str, kind: Kind, body: SamplingFields, **inputs: Any
 ) -> Response[Any]:
-    gen = await start_generation(runtime, name, kind=kind, body=body, **inputs)
-    headers = {ROUTE_HEADER: gen.route_header()}
+    request_id = "req_" + secrets.token_hex(8)
+    gen = await start_generation(
+        runtime, name, kind=kind, body=body, request_id=request_id, **inputs
+    )
+    headers = {ROUTE_HEADER: gen.route_header(), "x-request-id": request_id}
     if body.stream:
         return _stream_response(gen, kind, name, body.include_usage(), headers)
     try:

@@ -54,6 +54,7 @@ async def start_generation(
     *,
     kind: Kind,
     body: SamplingFields,
+    request_id: str,
     messages: list[ChatMessage] | None = None,
     prompt: str | None = None,
 ) -> Generation:
@@ -68,7 +69,8 @@ async def start_generation(
         context_length=info.context_length,
         model=info.model,
     )
-    stream = engine.stream(_job(tokens, budget, plan.route, body))
+    label = f"{request_id} task={plan.task} model={info.model} device={info.device}"
+    stream = engine.stream(_job(tokens, budget, plan.route, body, label))
     try:
         first = await anext(stream)
     except BaseException:
@@ -95,7 +97,7 @@ def _role(role: str) -> str:
 
 
 def _job(
-    tokens: list[int], budget: Budget, route: RouteConfig, body: SamplingFields
+    tokens: list[int], budget: Budget, route: RouteConfig, body: SamplingFields, label: str
 ) -> GenerationJob:
     defaults = route.sampling
 
@@ -115,4 +117,5 @@ def _job(
         seed=body.seed if body.seed is not None else defaults.seed,
         # The route's stops always apply (they shape the task); the request may add more.
         stop=tuple(dict.fromkeys(defaults.stop + body.stops())),
+        label=label,
     )

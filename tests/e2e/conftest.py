@@ -1,0 +1,95 @@
+"""Start the real `zest serve` on a free loopback port with the real SmolLM2 model."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ZEST = Path(sys.executable).with_name("zest")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    base_url: str
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def v1(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait_for_log(self, needle: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.log().splitlines():
+                if needle in line:
+                    return line
+            time.sleep(0.05)
+        raise AssertionError(f"{needle!r} never appeared in the server log:\n{self.log()}")
+
+
+def start_server(routes: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    with log_path.open("wb") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [str(ZEST), "serve", "--routes", str(routes), "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(extra_env or {})},
+            cwd=REPO,
+        )
+    server = Server(f"http://127.0.0.1:{port}", log_path, process)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"zest serve exited with {process.returncode}:\n{server.log()}")
+        try:
+            if httpx.get(f"{server.base_url}/api/v1/health", timeout=1).status_code == 200:
+                return server
+        except httpx.TransportError:
+            time.sleep(0.1)
+    process.kill()
+    raise AssertionError(f"zest serve did not become healthy:\n{server.log()}")
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The default routes.yaml, served as `make serve` serves it."""
+    log_path = tmp_path_factory.mktemp("server") / "zest.log"
+    running = start_server(REPO / "routes.yaml", log_path)
+    yield running
+    stop_server(running)
+
+
+@pytest.fixture
+def http(server: Server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+        yield client

