@@ -1,0 +1,26 @@
+"""Stream an answer from the `chat` task with the official openai client.
+
+make serve            # in one terminal
+.venv/bin/python examples/chat.py "Why is the sky blue?"
+"""
+
+import os
+import sys
+
+from openai import OpenAI
+
+client = OpenAI(base_url=os.environ.get("ZEST_URL", "http://127.0.0.1:8000/v1"), api_key="unused")
+question = " ".join(sys.argv[1:]) or "Why is the sky blue?"
+stream = client.chat.completions.create(
+    model="chat",  # a task name from routes.yaml
+    messages=[{"role": "user", "content": question}],
+    max_tokens=128,
+    stream=True,
+    stream_options={"include_usage": True},
+)
+for chunk in stream:
+    if chunk.choices and chunk.choices[0].delta.content:
+        print(chunk.choices[0].delta.content, end="", flush=True)
+    if chunk.usage:
+        usage = chunk.usage
+        print(f"\n[{usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens]")
