@@ -9,6 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from gateway._settings import Settings
 from router import ConfigError, LoadedRoutes, ZestError, load_routes
 
@@ -54,7 +56,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def _settings(**overrides: object) -> Settings:
     given = {key: value for key, value in overrides.items() if value is not None}
-    return Settings(**given)  # type: ignore[arg-type]
+    try:
+        return Settings(**given)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = [
+            f"ZEST_{'.'.join(str(p) for p in err['loc']).upper()} (or its flag): "
+            f"{err['msg'][0].lower()}{err['msg'][1:]}, got {err['input']!r}"
+            for err in exc.errors()
+        ]
+        raise ConfigError(problems) from None
 
 
 def _check(args: argparse.Namespace) -> int:

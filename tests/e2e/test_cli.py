@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -98,4 +99,21 @@ def test_serve_reports_a_file_that_is_not_a_model(tmp_path: Path) -> None:
         result.stderr.strip()
         .splitlines()[-1]
         .startswith(f"zest: model 'm': llama.cpp could not load {junk}: ")
+    )
+
+
+def test_a_bad_setting_names_the_variable() -> None:
+    result = subprocess.run(
+        [str(ZEST), "serve"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "ZEST_PORT": "abc"},
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr == (
+        "ZEST_PORT (or its flag): input should be a valid integer, unable to parse string as an "
+        "integer, got 'abc'\n"
     )
