@@ -9,12 +9,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from router import Placement
+
 __all__ = [
     "Delta",
     "Engine",
     "EngineInfo",
     "GenerationJob",
     "Message",
+    "StageStats",
     "engine_factory",
     "register_engine",
 ]
@@ -40,19 +43,45 @@ class GenerationJob:
     stop: tuple[str, ...]
     # Names the request in engine logs (request id, task); never the prompt itself.
     label: str = ""
-    cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False, init=False)
 
     def cancel(self) -> None:
         self.cancelled.set()
 
 
 @dataclass(frozen=True)
+class StageStats:
+    """Per-stage figures of one generation: where prefill and decode ran, and how long."""
+
+    prefill_device: str
+    decode_device: str
+    prefill_ms: float
+    handoff_ms: float | None = None
+    handoff_bytes: int | None = None
+    decode_ms: float = 0.0
+    decode_tokens: int = 0
+
+    def as_dict(self) -> dict[str, float | int | str | None]:
+        rate = self.decode_tokens / (self.decode_ms / 1000) if self.decode_ms > 0 else None
+        return {
+            "prefill_device": self.prefill_device,
+            "decode_device": self.decode_device,
+            "prefill_ms": round(self.prefill_ms, 2),
+            "handoff_ms": None if self.handoff_ms is None else round(self.handoff_ms, 2),
+            "handoff_bytes": self.handoff_bytes,
+            "decode_tokens_per_s": None if rate is None else round(rate, 1),
+        }
+
+
+@dataclass(frozen=True)
 class Delta:
-    """A piece of generated text; the last one of a stream carries finish_reason and counts."""
+    """A piece of generated text. The first delta carries the prefill figures; the last one
+    carries finish_reason, the token count and the figures of every stage."""
 
     text: str
     finish_reason: FinishReason | None = None
     completion_tokens: int = 0
+    stats: StageStats | None = None
 
 
 @dataclass(frozen=True)
@@ -68,13 +97,17 @@ class EngineInfo:
 
 
 class Engine(ABC):
-    """A loaded model able to count tokens and stream completions.
+    """A loaded model able to count tokens and stream completions on its placement.
 
     Implementations run generation off the event loop; `stream` is cancelled by closing it
     (a disconnecting client) or by `GenerationJob.cancel`.
     """
 
     name: ClassVar[str]
+    # Whether this engine can run prefill and decode on two different devices.
+    supports_split: ClassVar[bool] = False
+    model_id: str
+    placement: Placement
 
     @abstractmethod
     def load(self) -> EngineInfo:
@@ -93,13 +126,16 @@ class Engine(ABC):
         """Generate; the final Delta has finish_reason set. Errors raise EngineError."""
 
     @abstractmethod
+    def pending(self) -> int:
+        """Jobs submitted and not finished: the queue depth the auto cost model reads."""
+
+    @abstractmethod
     async def close(self) -> None:
         """Stop the worker and free the model."""
 
 
-EngineFactory = Callable[
-    [str, Any, Path, str], Engine
-]  # (model id, model config, base dir, device)
+# (model id, model config, base dir of relative sources, placement)
+EngineFactory = Callable[[str, Any, Path, Any], Engine]
 _REGISTRY: dict[str, EngineFactory] = {}
 _REGISTRY_LOCK = threading.Lock()
 

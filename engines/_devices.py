@@ -1,14 +1,253 @@
-"""Which devices this machine offers to routes."""
+"""The device inventory: what this machine offers, how each device was found, who can use it.
+
+Every probe is defensive: a missing file, a permission error or an absent tool means "not
+found", never a crash. Emulated devices (ZEST_EMULATE_DEVICES) are CPU threads declared as an
+NPU or GPU so the whole pipeline runs for real on machines without them; they are labelled
+emulated wherever they appear.
+"""
 
 from __future__ import annotations
 
-__all__ = ["detect_devices"]
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from router import ConfigError, Device
+
+__all__ = ["Inventory", "Probe", "detect_inventory", "parse_emulation"]
+
+GPU_PROVIDERS = (
+    "CUDAExecutionProvider",
+    "DmlExecutionProvider",
+    "WebGpuExecutionProvider",
+    "NvTensorRTRTXExecutionProvider",
+    "MIGraphXExecutionProvider",
+    "ROCMExecutionProvider",
+    "TensorrtExecutionProvider",
+)
+NPU_PROVIDERS = ("VitisAIExecutionProvider", "QNNExecutionProvider")
+ACCEL_DRIVERS = {"amdxdna": "AMD XDNA NPU", "intel_vpu": "Intel NPU"}
+CPU_FLAGS = (
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+    "neon",
+    "asimd",
+)
+_EMULATION = re.compile(r"^(npu|gpu)=cpu:(\d+)$")
 
 
-def detect_devices() -> frozenset[str]:
-    """The devices routes may be placed on. The CPU is always there.
+@dataclass(frozen=True)
+class Probe:
+    """One look at the machine: where zest looked and what it saw."""
 
-    GPU and NPU discovery (and emulated devices) arrive with the device inventory; until then
-    a route pinned to them fails with an error naming what was found, never a silent CPU run.
-    """
-    return frozenset({"cpu"})
+    source: str
+    result: str
+
+
+@dataclass(frozen=True)
+class Inventory:
+    devices: dict[str, Device]
+    probes: tuple[Probe, ...]
+
+    def usable(self, engine: str) -> list[str]:
+        return sorted(name for name, dev in self.devices.items() if engine in dev.engines)
+
+
+def detect_inventory(emulate: str = "", root: Path = Path("/")) -> Inventory:
+    """Probe the machine, then add the emulated devices declared in `emulate`."""
+    found: dict[str, _Found] = {}
+    probes = [probe(found, root) for probe in _PROBES]
+    devices = {name: f.device() for name, f in found.items()}
+    for name, threads in parse_emulation(emulate).items():
+        real = devices.get(name)
+        if real is not None and real.engines:
+            raise ConfigError(
+                [
+                    f"ZEST_EMULATE_DEVICES: a real {name} was found ({real.detected_by}): "
+                    f"remove {name} from ZEST_EMULATE_DEVICES"
+                ]
+            )
+        devices[name] = _emulated(name, threads)
+    return Inventory(devices, tuple(probes))
+
+
+def parse_emulation(spec: str) -> dict[str, int]:
+    """'npu=cpu:1,gpu=cpu:1' -> {'npu': 1, 'gpu': 1} (CPU threads per emulated device)."""
+    result: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        match = _EMULATION.match(item)
+        if not match or int(match[2]) < 1:
+            raise ConfigError(
+                [
+                    f"ZEST_EMULATE_DEVICES: invalid entry {item!r}: write DEVICE=cpu:THREADS with "
+                    "DEVICE npu or gpu and THREADS >= 1, e.g. npu=cpu:1,gpu=cpu:1"
+                ]
+            )
+        if match[1] in result:
+            raise ConfigError([f"ZEST_EMULATE_DEVICES: {match[1]} is declared twice"])
+        result[match[1]] = int(match[2])
+    return result
+
+
+def _emulated(name: str, threads: int) -> Device:
+    plural = "s" if threads > 1 else ""
+    return Device(
+        name=name,
+        engines=frozenset({"llamacpp"}),
+        detected_by="emulated (ZEST_EMULATE_DEVICES)",
+        detail=f"emulated on {threads} CPU thread{plural}: not a real {name}",
+        emulated=True,
+        threads=threads,
+    )
+
+
+@dataclass
+class _Found:
+    name: str
+    detected_by: list[str]
+    details: list[str]
+    engines: set[str]
+
+    def device(self) -> Device:
+        return Device(
+            name=self.name,
+            engines=frozenset(self.engines),
+            detected_by=", ".join(self.detected_by),
+            detail="; ".join(self.details),
+        )
+
+
+def _note(
+    found: dict[str, _Found], name: str, source: str, detail: str = "", engine: str | None = None
+) -> None:
+    entry = found.setdefault(name, _Found(name, [], [], set()))
+    if source not in entry.detected_by:
+        entry.detected_by.append(source)
+    if detail and detail not in entry.details:
+        entry.details.append(detail)
+    if engine:
+        entry.engines.add(engine)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _probe_cpu(found: dict[str, _Found], root: Path) -> Probe:
+    info = _read(root / "proc/cpuinfo")
+    model = re.search(r"^model name\s*:\s*(.+)$", info, re.MULTILINE)
+    flags_line = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", info, re.MULTILINE)
+    flags = set(flags_line[1].split()) if flags_line else set()
+    isa = [f for f in CPU_FLAGS if f in flags]
+    detail = f"{model[1].strip() if model else 'CPU'}, {os.cpu_count()} cores, {' '.join(isa)}"
+    engine = "llamacpp" if importlib.util.find_spec("llama_cpp") else None
+    _note(found, "cpu", "/proc/cpuinfo", detail.strip(", "), engine)
+    return Probe("/proc/cpuinfo", detail)
+
+
+def _probe_llama_cpp(found: dict[str, _Found], root: Path) -> Probe:
+    if importlib.util.find_spec("llama_cpp") is None:
+        return Probe("llama.cpp", "not installed")
+    try:
+        import llama_cpp
+
+        offload = bool(llama_cpp.llama_supports_gpu_offload())
+    except Exception as exc:  # a broken build must not stop the gateway from starting
+        return Probe("llama.cpp", f"error: {type(exc).__name__}: {exc}")
+    if offload:
+        _note(found, "gpu", "llama.cpp GPU offload", "llama.cpp GPU backend", "llamacpp")
+    return Probe(
+        "llama.cpp", f"GPU offload {'supported' if offload else 'not supported'} by this build"
+    )
+
+
+def _probe_onnxruntime(found: dict[str, _Found], root: Path) -> Probe:
+    if importlib.util.find_spec("onnxruntime") is None:
+        return Probe("onnxruntime providers", "onnxruntime not installed")
+    try:
+        import onnxruntime
+
+        providers = list(onnxruntime.get_available_providers())
+    except Exception as exc:
+        return Probe("onnxruntime providers", f"error: {type(exc).__name__}: {exc}")
+    engine = "onnx-genai" if importlib.util.find_spec("onnxruntime_genai") else None
+    for provider in providers:
+        short = provider.removesuffix("ExecutionProvider")
+        if provider in GPU_PROVIDERS:
+            _note(found, "gpu", "onnxruntime providers", f"{short} provider", engine)
+        elif provider in NPU_PROVIDERS:
+            _note(found, "npu", "onnxruntime providers", f"{short} provider", engine)
+        elif provider == "CPUExecutionProvider" and engine:
+            _note(found, "cpu", "onnxruntime providers", "", engine)
+    return Probe("onnxruntime providers", ", ".join(providers) or "none")
+
+
+def _probe_accel(found: dict[str, _Found], root: Path) -> Probe:
+    accel = root / "sys/class/accel"
+    try:
+        entries = sorted(accel.iterdir())
+    except OSError:
+        return Probe("/sys/class/accel", "absent")
+    seen = []
+    for entry in entries:
+        try:
+            driver = Path(os.readlink(entry / "device" / "driver")).name
+        except OSError:
+            driver = "unknown driver"
+        seen.append(f"{entry.name}: {driver}")
+        if driver in ACCEL_DRIVERS:
+            _note(found, "npu", "/sys/class/accel", f"{ACCEL_DRIVERS[driver]} ({entry.name})")
+    return Probe("/sys/class/accel", "; ".join(seen) or "empty")
+
+
+_TOOLS = (
+    ("nvidia-smi", ("-L",), "gpu"),
+    ("amd-smi", ("list",), "gpu"),
+    ("rocm-smi", ("--showproductname",), "gpu"),
+    ("xrt-smi", ("examine",), "npu"),
+)
+
+
+def _probe_tools(found: dict[str, _Found], root: Path) -> Probe:
+    seen = []
+    for tool, args, device in _TOOLS:
+        path = shutil.which(tool)
+        if path is None:
+            continue
+        try:
+            out = subprocess.run(
+                [path, *args], capture_output=True, text=True, timeout=5, check=False
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            seen.append(f"{tool}: {type(exc).__name__}")
+            continue
+        first = out.splitlines()[0] if out else "no output"
+        seen.append(f"{tool}: {first}")
+        if out:
+            _note(found, device, tool, first)
+    return Probe("vendor tools", "; ".join(seen) or "none installed")
+
+
+_PROBES: tuple[Callable[[dict[str, _Found], Path], Probe], ...] = (
+    _probe_cpu,
+    _probe_llama_cpp,
+    _probe_onnxruntime,
+    _probe_accel,
+    _probe_tools,
+)

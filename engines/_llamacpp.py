@@ -1,68 +1,95 @@
-"""The llama.cpp engine, in process through llama-cpp-python."""
+"""The llama.cpp engine, in process through llama-cpp-python's low-level API.
+
+One loaded model per (model, placement). On one device, a worker thread runs one generation at
+a time in one context. Split across two devices, `HybridPipeline` prefills in one context and
+decodes in another, handing each sequence's KV state over between them.
+"""
 
 from __future__ import annotations
 
-import codecs
-import logging
+import functools
 import os
 import random
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from engines._base import Delta, Engine, EngineInfo, GenerationJob, Message
+from engines._base import Delta, Engine, EngineInfo, GenerationJob, Message, StageStats
+from engines._llama_native import ContextSettings, NativeContext, make_sampler, token_piece
+from engines._llama_pipeline import HybridPipeline
+from engines._output import SequenceOutput
 from engines._sources import resolve_source
-from engines._stops import StopMatcher
 from engines._worker import GenerationWorker
-from router import EngineError, LlamaCppModel, ServiceUnavailableError
+from router import Device, EngineError, LlamaCppModel, Placement, ServiceUnavailableError
 
 __all__ = ["LlamaCppEngine"]
 
-log = logging.getLogger("zest.engines")
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type values llama.cpp takes for type_k/type_v
-_INSTALL = "make serve (or: pip install llama-cpp-python==0.3.36, built as the README says)"
+_INSTALL = "make serve (or: scripts/install-llama-cpp.sh .venv/bin/python)"
 
 
-def _import_llama_cpp() -> Any:
+def _import_llama_cpp() -> tuple[Any, Any]:
     try:
         import llama_cpp
+        from llama_cpp import _internals
     except ImportError as exc:
         raise ServiceUnavailableError(
             f"llama-cpp-python is not installed: run {_INSTALL}", code="engine_not_installed"
         ) from exc
-    return llama_cpp
+    _init_backend(llama_cpp)
+    return llama_cpp, _internals
+
+
+@functools.cache
+def _init_backend(llama_cpp: Any) -> None:
+    llama_cpp.llama_backend_init()  # once per process, before the first model
+    from llama_cpp import _logger
+
+    _logger.set_verbose(False)  # llama.cpp's own log: errors only (we log what served what)
 
 
 class LlamaCppEngine(Engine):
     name = "llamacpp"
+    supports_split = True
 
-    def __init__(self, model_id: str, config: LlamaCppModel, base_dir: Path, device: str) -> None:
-        self.model_id, self.config, self.device = model_id, config, device
+    def __init__(
+        self, model_id: str, config: LlamaCppModel, base_dir: Path, placement: Placement
+    ) -> None:
+        self.model_id, self.config, self.placement = model_id, config, placement
         self._path = resolve_source(config.source, base_dir)
-        self._llm: Any = None
-        self._llama_cpp: Any = None
-        self._worker: GenerationWorker | None = None
+        self._model: Any = None
         self._formatter: Any = None
+        self._runner: GenerationWorker | HybridPipeline | None = None
+        self._contexts: list[NativeContext] = []
+        self.context_length = 0
 
     def load(self) -> EngineInfo:
-        llama_cpp = self._llama_cpp = _import_llama_cpp()
+        llama_cpp, internals = _import_llama_cpp()
+        self._lib, self._internals = llama_cpp, internals
+        params = llama_cpp.llama_model_default_params()
+        params.use_mmap = self.config.options.mmap
+        params.n_gpu_layers = -1 if self._uses_real_gpu() else 0
         try:
-            self._llm = llama_cpp.Llama(model_path=str(self._path), **self._load_kwargs())
+            self._model = internals.LlamaModel(
+                path_model=str(self._path), params=params, verbose=False
+            )
         except (ValueError, RuntimeError) as exc:
             raise EngineError(
                 f"model {self.model_id!r}: llama.cpp could not load {self._path}: {exc}"
             ) from exc
-        self._formatter = self._chat_formatter(llama_cpp)
-        self._worker = GenerationWorker(self.model_id, self._generate)
+        self.context_length = self.config.context_length or self._model.n_ctx_train()
+        self._formatter = self._chat_formatter()
+        self._runner = self._start_runner()
         return self.info()
 
     def info(self) -> EngineInfo:
         return EngineInfo(
             engine=self.name,
             model=self.model_id,
-            device=self.device,
-            backend=f"llama.cpp (CPU, {self.config.options.n_threads or os.cpu_count()} threads)",
-            context_length=self._llm.n_ctx() if self._llm else (self.config.context_length or 0),
+            device=self.placement.label,
+            backend=self._backend(),
+            context_length=self.context_length,
             source=str(self._path),
         )
 
@@ -74,92 +101,143 @@ class LlamaCppEngine(Engine):
         return str(self._formatter(messages=messages).prompt)
 
     def tokenize(self, text: str, *, add_special: bool) -> list[int]:
-        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=add_special, special=True))
+        add_bos = add_special and self._model.add_bos_token()
+        return list(self._model.tokenize(text.encode("utf-8"), add_bos, True))
 
     def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
-        if self._worker is None:
+        if self._runner is None:
             raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
-        return self._worker.stream(job)
+        return self._runner.stream(job)
+
+    def pending(self) -> int:
+        return self._runner.pending.value if self._runner else 0
 
     async def close(self) -> None:
-        if self._worker is not None:
-            self._worker.close()
-        if self._llm is not None:
-            self._llm.close()
-        self._llm = self._worker = None
+        if self._runner is not None:
+            self._runner.close()
+        for ctx in self._contexts:
+            ctx.close()
+        if self._model is not None:
+            self._model.close()
+        self._runner, self._model, self._contexts = None, None, []
 
-    def _load_kwargs(self) -> dict[str, Any]:
+    # --- set-up ------------------------------------------------------------------------------
+
+    def _uses_real_gpu(self) -> bool:
+        return any(d.name == "gpu" and not d.emulated for d in self.placement.devices)
+
+    def _threads(self, device: Device) -> int:
+        if device.emulated and device.threads:
+            return device.threads
+        return self.config.options.n_threads or os.cpu_count() or 1
+
+    def _backend(self) -> str:
+        def part(device: Device) -> str:
+            where = "GPU offload" if device.name == "gpu" and not device.emulated else "CPU"
+            note = ", emulated" if device.emulated else ""
+            return f"{device.name}: {where}, {self._threads(device)} threads{note}"
+
+        if self.placement.split:
+            return (
+                f"llama.cpp hybrid: prefill {part(self.placement.prefill)} -> "
+                f"decode {part(self.placement.decode)}"
+            )
+        return f"llama.cpp ({part(self.placement.decode)})"
+
+    def _context(self, device: Device, n_seq: int) -> NativeContext:
         opts = self.config.options
-        kv = _KV_TYPES[opts.kv_cache_type]
-        return {
-            "n_ctx": self.config.context_length or 0,
-            "n_threads": opts.n_threads,
-            "n_threads_batch": opts.n_threads_batch or opts.n_threads,
-            "n_batch": opts.n_batch,
-            "n_ubatch": opts.n_ubatch,
-            "flash_attn": opts.flash_attn,
-            "type_k": kv,
-            "type_v": kv,
-            "use_mmap": opts.mmap,
-            "n_gpu_layers": 0,
-            "verbose": False,
-        }
+        settings = ContextSettings(
+            n_ctx=self.context_length,
+            n_batch=opts.n_batch,
+            n_ubatch=opts.n_ubatch,
+            threads=self._threads(device),
+            n_seq=n_seq,
+            flash_attn=opts.flash_attn,
+            kv_type=_KV_TYPES[opts.kv_cache_type],
+        )
+        ctx = NativeContext(self._lib, self._internals, self._model, settings)
+        self._contexts.append(ctx)
+        return ctx
 
-    def _chat_formatter(self, llama_cpp: Any) -> Any:
-        template = self._llm.metadata.get("tokenizer.chat_template")
+    def _start_runner(self) -> GenerationWorker | HybridPipeline:
+        if self.placement.split:
+            prefill = self._context(self.placement.prefill, n_seq=1)
+            decode = self._context(self.placement.decode, n_seq=self.config.options.parallel)
+            return HybridPipeline(
+                self.model_id,
+                prefill=prefill,
+                decode=decode,
+                new_output=self._new_output,
+                new_sampler=self._new_sampler,
+                placement=self.placement,
+            )
+        self._single = self._context(self.placement.decode, n_seq=1)
+        return GenerationWorker(f"{self.model_id}-{self.placement.key}", self._generate)
+
+    def _chat_formatter(self) -> Any:
+        template = self._model.metadata().get("tokenizer.chat_template")
         if not template:
             return None
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         return Jinja2ChatFormatter(
             template=template,
-            eos_token=self._token_text(self._llm.token_eos()),
-            bos_token=self._token_text(self._llm.token_bos()),
+            eos_token=self._token_text(self._model.token_eos()),
+            bos_token=self._token_text(self._model.token_bos()),
             add_generation_prompt=True,
         )
 
     def _token_text(self, token: int) -> str:
         if token < 0:
             return ""
-        return bytes(self._llm.detokenize([token], special=True)).decode("utf-8", "replace")
+        return token_piece(self._lib, self._model.vocab, token, True).decode("utf-8", "replace")
 
-    # --- runs on the worker thread -------------------------------------------------------------
+    def _new_output(self, job: GenerationJob) -> SequenceOutput:
+        lib, vocab = self._lib, self._model.vocab
+        return SequenceOutput(
+            job,
+            lambda t: token_piece(lib, vocab, t),
+            lambda t: bool(lib.llama_vocab_is_eog(vocab, t)),
+        )
+
+    def _new_sampler(self, job: GenerationJob) -> Any:
+        seed = job.seed if job.seed is not None else random.getrandbits(31)
+        return make_sampler(self._internals, self._model.n_vocab(), job, seed)
+
+    # --- one device: runs on the worker thread -----------------------------------------------
 
     def _generate(self, job: GenerationJob) -> Iterator[Delta]:
-        llm = self._llm
-        llm.set_seed(job.seed if job.seed is not None else random.getrandbits(31))
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        stops, produced, finish = StopMatcher(job.stop), 0, "length"
-        is_eog, vocab = self._llama_cpp.llama_vocab_is_eog, llm._model.vocab
-        tokens = llm.generate(list(job.prompt_tokens), **_sampling_kwargs(job))
-        for token in tokens:
-            if job.cancelled.is_set():
-                finish = "cancelled"
-                break
-            if is_eog(vocab, token):
-                finish = "stop"
-                break
-            produced += 1
-            text = stops.feed(decoder.decode(bytes(llm.detokenize([token]))))
-            if text:
-                yield Delta(text)
-            if stops.stopped:
-                finish = "stop"
-                break
-            if produced >= job.max_tokens:
-                break
-        tail = stops.feed(decoder.decode(b"", final=True)) + stops.flush()
-        yield Delta(tail, finish_reason=finish, completion_tokens=produced)  # type: ignore[arg-type]
+        ctx, out, sampler = self._single, self._new_output(job), self._new_sampler(job)
+        device = self.placement.decode.label
+        try:
+            ctx.forget(0)
+            started = time.perf_counter()
+            if not ctx.prefill(job.prompt_tokens, 0, job.cancelled):
+                yield out.final(StageStats(device, device, _ms(started)))
+                return
+            token = ctx.sample(sampler, ctx.last_index)
+            stats = StageStats(device, device, _ms(started))
+            yield Delta(out.push(token), stats=stats)
+            decode_start, pos = time.perf_counter(), len(job.prompt_tokens)
+            while out.finish is None and not job.cancelled.is_set():
+                ctx.step([(token, pos, 0)])
+                pos += 1
+                token = ctx.sample(sampler, 0)
+                text = out.push(token)
+                if text:
+                    yield Delta(text)
+            yield out.final(_with_decode(stats, decode_start, out.produced))
+        finally:
+            ctx.forget(0)
+            sampler.close()
 
 
-def _sampling_kwargs(job: GenerationJob) -> dict[str, Any]:
-    return {
-        "temp": job.temperature,
-        "top_p": job.top_p,
-        "top_k": job.top_k,
-        "min_p": job.min_p,
-        "repeat_penalty": job.repeat_penalty,
-        "frequency_penalty": job.frequency_penalty,
-        "presence_penalty": job.presence_penalty,
-        "reset": True,
-    }
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000
+
+
+def _with_decode(stats: StageStats, decode_start: float, produced: int) -> StageStats:
+    from dataclasses import replace
+
+    # The first token came from prefill; decode made the rest.
+    return replace(stats, decode_ms=_ms(decode_start), decode_tokens=max(produced - 1, 0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import json
 import logging
@@ -15,18 +16,24 @@ from litestar.exceptions import HTTPException
 from litestar.response import Stream
 from pydantic import BaseModel, ValidationError
 
+from gateway._explain import describe_inventory, explain_task
 from gateway._responses import collect_body, sse_events
 from gateway._runtime import Runtime
-from gateway._schemas import ChatRequest, CompletionRequest, SamplingFields, TaskRequest
-from gateway._service import Generation, start_generation
-from router import BadRequestError, RequestError
+from gateway._schemas import (
+    ChatMessage,
+    ChatRequest,
+    CompletionRequest,
+    SamplingFields,
+    TaskRequest,
+)
+from gateway._service import Generation, prompt_tokens_for, start_generation
+from router import BadRequestError, RequestError, find_route
 
 __all__ = ["create_app"]
 
 log = logging.getLogger("zest.gateway")
 Body = TypeVar("Body", bound=BaseModel)
 Kind = Literal["chat", "completion"]
-ROUTE_HEADER = "x-zest-route"
 
 
 async def _parse(request: Request[Any, Any, Any], schema: type[Body]) -> Body:
@@ -70,14 +77,14 @@ async def _respond(
     gen = await start_generation(
         runtime, name, kind=kind, body=body, request_id=request_id, **inputs
     )
-    headers = {ROUTE_HEADER: gen.route_header(), "x-request-id": request_id}
     if body.stream:
+        headers = {**gen.headers(), "x-request-id": request_id}
         return _stream_response(gen, kind, name, body.include_usage(), headers)
     try:
         payload = await collect_body(gen, kind, name)
     finally:
         await gen.aclose()
-    return Response(payload, headers=headers)
+    return Response(payload, headers={**gen.headers(), "x-request-id": request_id})
 
 
 def _stream_response(
@@ -119,8 +126,6 @@ async def task_endpoint(
         return await _respond(runtime, task, kind, body, messages=body.messages)
     text = body.text() or ""
     if kind == "chat":
-        from gateway._schemas import ChatMessage
-
         return await _respond(
             runtime, task, kind, body, messages=[ChatMessage(role="user", content=text)]
         )
@@ -160,6 +165,49 @@ async def list_models(runtime: Runtime) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
+@get("/routes/{task:str}/explain")
+async def explain_get(task: str, runtime: Runtime, prompt_tokens: int = 0) -> dict[str, Any]:
+    """The plan for a prompt of `prompt_tokens` tokens, without running it."""
+    if prompt_tokens < 0:
+        raise BadRequestError("prompt_tokens must be >= 0", param="prompt_tokens")
+    return explain_task(
+        runtime.routes.config, runtime.inventory, task, prompt_tokens, runtime.queue_depths()
+    )
+
+
+@post("/routes/{task:str}/explain", status_code=200)
+async def explain_post(
+    task: str, request: Request[Any, Any, Any], runtime: Runtime
+) -> dict[str, Any]:
+    """The plan for the request in the body (its prompt is counted with the model's tokenizer)."""
+    body = await _parse(request, TaskRequest)
+    route = find_route(task, None, runtime.routes.config)
+    tokenizer = await runtime.tokenizer_for(route.model)
+    messages = body.messages
+    if messages is None and route.kind == "chat":
+        messages = [ChatMessage(role="user", content=body.text() or "")]
+    tokens = await asyncio.to_thread(prompt_tokens_for, tokenizer, route, messages, body.text())
+    return explain_task(
+        runtime.routes.config, runtime.inventory, task, len(tokens), runtime.queue_depths()
+    )
+
+
+@get("/system-info")
+async def system_info(runtime: Runtime) -> dict[str, Any]:
+    """The devices found, how each was detected, which engines can use it, what is loaded."""
+    loaded = [
+        {
+            "model": info.model,
+            "engine": info.engine,
+            "device": info.device,
+            "backend": info.backend,
+            "queued": runtime.engines[key].pending(),
+        }
+        for key, info in runtime.infos.items()
+    ]
+    return {**describe_inventory(runtime.inventory), "loaded": loaded}
+
+
 @get("/health")
 async def health(runtime: Runtime) -> dict[str, Any]:
     return {"status": "ok", "models_loaded": sorted(runtime.engines)}
@@ -197,7 +245,16 @@ def _internal_error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
 
 def create_app(runtime: Runtime) -> Litestar:
     """The ASGI app; `runtime` is loaded on startup and closed on shutdown."""
-    handlers = [chat_completions, completions, task_endpoint, list_models, health]
+    handlers = [
+        chat_completions,
+        completions,
+        task_endpoint,
+        list_models,
+        health,
+        explain_get,
+        explain_post,
+        system_info,
+    ]
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:

@@ -31,21 +31,9 @@ def _usage(gen: Generation, completion_tokens: int) -> dict[str, Any]:
         "completion_tokens": completion_tokens,
         "total_tokens": gen.budget.prompt_tokens + completion_tokens,
     }
+    if gen.final_stats is not None:  # extension: where each stage ran and how long it took
+        usage["pipeline"] = gen.final_stats.as_dict()
     return usage
-
-
-def _zest(gen: Generation) -> dict[str, Any]:
-    """Extension field: what served the request and any limit applied to it."""
-    info: dict[str, Any] = {
-        "task": gen.plan.task,
-        "model": gen.info.model,
-        "device": gen.info.device,
-        "engine": gen.info.engine,
-        "max_tokens": gen.budget.max_tokens,
-    }
-    if gen.budget.clamped_from is not None:
-        info["max_tokens_clamped_from"] = gen.budget.clamped_from
-    return info
 
 
 def _choice(kind: Kind, text: str, finish: str | None, *, chunk: bool) -> dict[str, Any]:
@@ -69,7 +57,7 @@ async def collect_body(gen: Generation, kind: Kind, requested_model: str) -> dic
         "model": requested_model,
         "choices": [_choice(kind, "".join(parts), finish, chunk=False)],
         "usage": _usage(gen, produced),
-        "zest": _zest(gen),
+        "zest": gen.extension(),
     }
 
 
@@ -107,7 +95,9 @@ async def sse_events(
             if delta.text:
                 yield chunk([_choice(kind, delta.text, None, chunk=True)])
             if delta.finish_reason is not None:
-                yield chunk([_choice(kind, "", delta.finish_reason, chunk=True)], zest=_zest(gen))
+                yield chunk(
+                    [_choice(kind, "", delta.finish_reason, chunk=True)], zest=gen.extension()
+                )
                 if include_usage:
                     yield chunk([], usage=_usage(gen, delta.completion_tokens))
         yield b"data: [DONE]\n\n"

@@ -1,24 +1,27 @@
-"""From a validated request body to a running generation: resolve, render, budget, start.
+"""From a validated request body to a running generation: route, count, plan, try attempts.
 
 The first delta is awaited before any response is sent, so every failure up to the first token
-is still a plain JSON error with its status code.
+is still a plain JSON error with its status code, and a failing attempt can give way to the next
+one (`on_failure: next`). After the first token, failures end the stream with an error event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from engines import Delta, Engine, EngineInfo, GenerationJob, Message
+from engines import Delta, Engine, EngineInfo, GenerationJob, Message, StageStats
 from gateway._runtime import Runtime
 from gateway._schemas import ChatMessage, SamplingFields
 from policies import Budget, plan_budget
-from router import Plan, RouteConfig, resolve
+from router import Attempt, Plan, RouteConfig, ServiceUnavailableError, find_route
 
-__all__ = ["Generation", "start_generation"]
+__all__ = ["Generation", "prompt_tokens_for", "start_generation"]
 
+log = logging.getLogger("zest.gateway")
 Kind = Literal["chat", "completion"]
 
 
@@ -27,25 +30,64 @@ class Generation:
     """A generation whose first delta has arrived; `rest` streams the remainder."""
 
     plan: Plan
+    attempt: Attempt
     info: EngineInfo
     budget: Budget
     first: Delta
     rest: AsyncIterator[Delta]
+    fallbacks: list[str] = field(default_factory=list)
+    final_stats: StageStats | None = None
 
-    def route_header(self) -> str:
-        return (
-            f"task={self.plan.task}; model={self.info.model}; device={self.info.device}; "
-            f"engine={self.info.engine}"
-        )
+    def headers(self) -> dict[str, str]:
+        headers = {
+            "x-zest-route": f"task={self.plan.task}; model={self.info.model}; "
+            f"device={self.info.device}; engine={self.info.engine}"
+        }
+        if self.fallbacks:
+            headers["x-zest-fallbacks"] = " | ".join(self.fallbacks)
+        stats = self.final_stats or self.first.stats
+        if stats is not None:
+            headers["x-zest-pipeline"] = pipeline_header(stats)
+        return headers
+
+    def extension(self) -> dict[str, Any]:
+        """The `zest` object of a response: what served the request and what was applied."""
+        info: dict[str, Any] = {
+            "task": self.plan.task,
+            "model": self.info.model,
+            "device": self.info.device,
+            "engine": self.info.engine,
+            "max_tokens": self.budget.max_tokens,
+        }
+        if self.budget.clamped_from is not None:
+            info["max_tokens_clamped_from"] = self.budget.clamped_from
+        if self.fallbacks:
+            info["fallbacks"] = self.fallbacks
+        return info
 
     async def deltas(self) -> AsyncIterator[Delta]:
         yield self.first
         if self.first.finish_reason is None:
             async for delta in self.rest:
+                if delta.stats is not None:
+                    self.final_stats = delta.stats
                 yield delta
+        elif self.first.stats is not None:
+            self.final_stats = self.first.stats
 
     async def aclose(self) -> None:
         await self.rest.aclose()  # type: ignore[attr-defined]
+
+
+def pipeline_header(stats: StageStats) -> str:
+    figures = stats.as_dict()
+    parts = [f"prefill={stats.prefill_device} {figures['prefill_ms']}ms"]
+    if stats.handoff_bytes is not None:
+        parts.append(f"handoff={figures['handoff_ms']}ms {stats.handoff_bytes}B")
+    decode = f"decode={stats.decode_device}"
+    if figures["decode_tokens_per_s"] is not None:
+        decode += f" {figures['decode_tokens_per_s']}tok/s"
+    return "; ".join([*parts, decode])
 
 
 async def start_generation(
@@ -58,10 +100,45 @@ async def start_generation(
     messages: list[ChatMessage] | None = None,
     prompt: str | None = None,
 ) -> Generation:
-    plan = resolve(name, kind, runtime.routes.config, runtime.devices)
-    engine = runtime.engine(plan.first.model)
-    info = runtime.infos[plan.first.model]
-    tokens = await asyncio.to_thread(_prompt_tokens, engine, plan.route, messages, prompt)
+    route = find_route(name, kind, runtime.routes.config)
+    tokenizer = await runtime.tokenizer_for(route.model)
+    tokens = await asyncio.to_thread(prompt_tokens_for, tokenizer, route, messages, prompt)
+    plan = runtime.plan(name, route, prompt_tokens=len(tokens))
+    fallbacks: list[str] = []
+    for index, attempt in enumerate(plan.attempts):
+        try:
+            gen = await _try_attempt(
+                runtime, plan, attempt=attempt, tokens=tokens, body=body, request_id=request_id
+            )
+        except ServiceUnavailableError as exc:
+            if index + 1 == len(plan.attempts) or route.on_failure != "next":
+                raise
+            log.warning(
+                "%s task=%s: %s failed before the first token, trying %s: %s",
+                request_id,
+                name,
+                attempt.device,
+                plan.attempts[index + 1].device,
+                exc.message,
+            )
+            fallbacks.append(f"{attempt.device}: {exc.message}")
+            continue
+        gen.fallbacks = fallbacks
+        return gen
+    raise AssertionError("a plan always has at least one attempt")
+
+
+async def _try_attempt(
+    runtime: Runtime,
+    plan: Plan,
+    *,
+    attempt: Attempt,
+    tokens: list[int],
+    body: SamplingFields,
+    request_id: str,
+) -> Generation:
+    engine = await runtime.engine_for(attempt.model, attempt.placement)
+    info = runtime.infos[(attempt.model, attempt.placement.key)]
     budget = plan_budget(
         prompt_tokens=len(tokens),
         requested=body.requested_max_tokens(),
@@ -76,16 +153,16 @@ async def start_generation(
     except BaseException:
         await stream.aclose()  # type: ignore[attr-defined]
         raise
-    return Generation(plan, info, budget, first, stream)
+    return Generation(plan, attempt, info, budget, first, stream)
 
 
-def _prompt_tokens(
+def prompt_tokens_for(
     engine: Engine, route: RouteConfig, messages: list[ChatMessage] | None, prompt: str | None
 ) -> list[int]:
     if messages is None:
         return engine.tokenize(prompt or "", add_special=True)
     chat: list[Message] = (
-        [{"role": "system", "content": route.system_prompt}] if (route.system_prompt) else []
+        [{"role": "system", "content": route.system_prompt}] if route.system_prompt else []
     )
     chat += [{"role": _role(m.role), "content": m.text()} for m in messages]
     return engine.tokenize(engine.render_chat(chat), add_special=False)

@@ -17,3 +17,5 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Declare NPU/GPU as emulated on CPU threads, e.g. "npu=cpu:1,gpu=cpu:1".
+    emulate_devices: str = ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -51,7 +52,31 @@ def _parser() -> argparse.ArgumentParser:
         "file", nargs="?", type=Path, help="routes file (default: $ZEST_ROUTES or routes.yaml)"
     )
     check.set_defaults(func=_check)
+    explain = commands.add_parser("explain", help="show the plan for a task without running it")
+    explain.add_argument("task", help="a task name of the routes file")
+    explain.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="plan for a prompt of N tokens (auto routes depend on it)",
+    )
+    explain.add_argument("--routes", type=Path, help="routes file (default: routes.yaml)")
+    explain.add_argument("--json", action="store_true", help="print the plan as JSON")
+    explain.set_defaults(func=_explain)
     return parser
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from engines import detect_inventory
+    from gateway._explain import explain_task, format_explanation
+
+    settings = _settings(routes=args.routes)
+    routes = load_routes(settings.routes)
+    inventory = detect_inventory(settings.emulate_devices)
+    explained = explain_task(routes.config, inventory, args.task, args.prompt_tokens)
+    print(json.dumps(explained, indent=2) if args.json else format_explanation(explained))
+    return 1 if "error" in explained else 0
 
 
 def _settings(**overrides: object) -> Settings:
@@ -101,6 +126,7 @@ def _routes_table(loaded: LoadedRoutes) -> str:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from engines import detect_inventory
     from gateway._app import create_app
     from gateway._runtime import Runtime
 
@@ -110,9 +136,16 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
-    runtime = Runtime(load_routes(settings.routes))
+    runtime = Runtime(load_routes(settings.routes), detect_inventory(settings.emulate_devices))
     log.info("routes %s: %s", runtime.routes.path, ", ".join(runtime.routes.config.routes))
-    log.info("devices found: %s", ", ".join(sorted(runtime.devices)))
+    for device in runtime.devices.values():
+        log.info(
+            "device %s: %s; detected by %s; engines: %s",
+            device.label,
+            device.detail,
+            device.detected_by,
+            ", ".join(sorted(device.engines)) or "none",
+        )
     asyncio.run(runtime.start())  # load models before binding: a bad model fails the start here
     log.info(
         "serving on http://%s:%d/v1 (OpenAI-compatible) and /api/v1", settings.host, settings.port

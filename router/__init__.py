@@ -14,7 +14,8 @@ from router._errors import (
     ZestError,
 )
 from router._load import LoadedRoutes, load_routes, parse_routes
-from router._plan import Attempt, Plan, resolve
+from router._placement import DEVICE_ORDER, Device, Placement, describe_devices, parse_device
+from router._plan import Attempt, Plan, find_route, plan_route
 from router._schema import (
     DEVICES,
     LlamaCppModel,
@@ -27,15 +28,18 @@ from router._schema import (
 
 __all__ = [
     "DEVICES",
+    "DEVICE_ORDER",
     "Attempt",
     "BadRequestError",
     "ConfigError",
     "ContextLengthExceededError",
+    "Device",
     "EngineError",
     "LlamaCppModel",
     "LlamaCppOptions",
     "LoadedRoutes",
     "ModelConfig",
+    "Placement",
     "Plan",
     "RequestError",
     "RouteConfig",
@@ -44,7 +48,10 @@ __all__ = [
     "ServiceUnavailableError",
     "UnknownTaskError",
     "ZestError",
+    "describe_devices",
+    "find_route",
     "load_routes",
+    "parse_device",
     "parse_routes",
-    "resolve",
+    "plan_route",
 ]

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from router._errors import ConfigError
+from router._placement import parse_device
 from router._schema import ENGINES, LlamaCppModel, RoutesFile
 
 __all__ = ["LoadedRoutes", "load_routes", "parse_routes"]
@@ -81,11 +82,18 @@ def _parse_yaml(text: str, filename: str) -> dict[str, Any]:
 
 def _cross_reference_problems(config: RoutesFile) -> list[str]:
     known = ", ".join(sorted(config.models))
-    return [
+    problems = [
         f"routes.{task}.model: unknown model {route.model!r} (known: {known})"
         for task, route in config.routes.items()
         if route.model not in config.models
     ]
+    problems += [
+        f"routes.{task}.allow_cpu: false, but device {route.device!r} runs on cpu: "
+        "the route could never run; set allow_cpu to true or choose another device"
+        for task, route in config.routes.items()
+        if not route.allow_cpu and "cpu" in (parse_device(route.device) or ())
+    ]
+    return problems
 
 
 def _format_error(filename: str, err: ErrorDetails) -> str:

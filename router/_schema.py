@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "DEVICES",
-    "Device",
     "LlamaCppModel",
     "LlamaCppOptions",
     "ModelConfig",
@@ -21,8 +20,8 @@ __all__ = [
     "Sampling",
 ]
 
-Device = Literal["cpu", "gpu", "npu", "auto", "hybrid"]
 DEVICES: tuple[str, ...] = ("cpu", "gpu", "npu", "auto", "hybrid")
+_SPLIT_DEVICE = re.compile(r"^(cpu|gpu|npu)->(cpu|gpu|npu)$")
 # Task and model names appear in URLs and headers: keep them to a safe alphabet.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SOURCE_PATTERNS = {
@@ -45,6 +44,8 @@ class LlamaCppOptions(_Strict):
     flash_attn: bool = True
     kv_cache_type: Literal["f16", "q8_0", "q4_0"] = "f16"
     mmap: bool = True
+    # Sequences decoded together in one context (the hybrid pipeline's decode slots).
+    parallel: int = Field(default=2, ge=1, le=64)
 
 
 class LlamaCppModel(_Strict):
@@ -86,11 +87,27 @@ class Sampling(_Strict):
 class RouteConfig(_Strict):
     kind: Literal["chat", "completion"]
     model: str
-    device: Device = "auto"
+    device: str = "auto"
+    # Fallback policy: may a request run on the CPU when its device is missing or fails, and
+    # does a failure before the first token move on to the next attempt or answer the error?
+    allow_cpu: bool = True
+    on_failure: Literal["next", "return_error"] = "next"
+    hybrid_min_prompt_tokens: int = Field(default=512, ge=1)
     max_tokens: int = Field(default=512, ge=1, le=1_048_576)
     system_prompt: str | None = None
     description: str = ""
     sampling: Sampling = Sampling()
+
+    @field_validator("device")
+    @classmethod
+    def _check_device(cls, device: str) -> str:
+        split = _SPLIT_DEVICE.match(device)
+        if device in DEVICES or (split and split[1] != split[2]):
+            return device
+        raise ValueError(
+            f"invalid device {device!r}: use cpu, gpu, npu, auto, hybrid, or PREFILL->DECODE "
+            "with two different devices, such as npu->gpu"
+        )
 
     @field_validator("system_prompt")
     @classmethod

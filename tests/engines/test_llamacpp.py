@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engines import Delta, Engine, GenerationJob, create_engine
-from router import EngineError, load_routes
+from router import Device, EngineError, Placement, load_routes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,7 +18,10 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
     routes = load_routes(REPO / "routes.yaml")
-    loaded = create_engine("smollm2", routes.config.models["smollm2"], routes.base_dir, "cpu")
+    cpu = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
+    loaded = create_engine(
+        "smollm2", routes.config.models["smollm2"], routes.base_dir, Placement(cpu, cpu)
+    )
     loaded.load()
     yield loaded
     asyncio.run(loaded.close())

@@ -15,7 +15,9 @@ from engines import Delta, EngineInfo
 from gateway._responses import sse_events
 from gateway._service import Generation
 from policies import Budget
-from router import Attempt, EngineError, Plan, RouteConfig
+from router import Attempt, Device, EngineError, Placement, Plan, RouteConfig
+
+CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
 
 
 async def failing_after_one() -> AsyncIterator[Delta]:
@@ -25,8 +27,10 @@ async def failing_after_one() -> AsyncIterator[Delta]:
 
 def generation(rest: AsyncIterator[Delta]) -> Generation:
     route = RouteConfig(kind="chat", model="m")
+    placement = Placement(CPU, CPU)
     return Generation(
-        plan=Plan("chat", route, (Attempt("m", "cpu", "test"),)),
+        plan=Plan("chat", route, (Attempt("m", placement, "test"),)),
+        attempt=Attempt("m", placement, "test"),
         info=EngineInfo("llamacpp", "m", "cpu", "llama.cpp", 128, "m.gguf"),
         budget=Budget(3, 8),
         first=Delta("Hello"),

@@ -44,7 +44,8 @@ def test_a_misspelt_route_key_suggests_the_right_one() -> None:
     text = VALID.replace("model: smollm2}", "model: smollm2, devcie: cpu}")
     assert problems(text) == [
         "routes.yaml: routes.chat.devcie: unknown key 'devcie': did you mean 'device'? "
-        "(allowed: description, device, kind, max_tokens, model, sampling, system_prompt)"
+        "(allowed: allow_cpu, description, device, hybrid_min_prompt_tokens, kind, max_tokens, "
+        "model, on_failure, sampling, system_prompt)"
     ]
 
 
@@ -53,7 +54,7 @@ def test_a_misspelt_engine_option_is_found_under_the_model() -> None:
     assert problems(text) == [
         "routes.yaml: models.smollm2.options.n_thread: unknown key 'n_thread': "
         "did you mean 'n_threads'? (allowed: flash_attn, kv_cache_type, mmap, n_batch, "
-        "n_threads, n_threads_batch, n_ubatch)"
+        "n_threads, n_threads_batch, n_ubatch, parallel)"
     ]
 
 
@@ -85,8 +86,8 @@ def test_a_missing_required_route_key() -> None:
 def test_every_problem_is_reported_at_once() -> None:
     text = VALID.replace("model: smollm2}", "model: smollm2, device: tpu, max_tokens: 0}")
     assert problems(text) == [
-        "routes.yaml: routes.chat.device: invalid value 'tpu' "
-        "(expected one of: cpu, gpu, npu, auto, hybrid)",
+        "routes.yaml: routes.chat.device: invalid device 'tpu': use cpu, gpu, npu, auto, "
+        "hybrid, or PREFILL->DECODE with two different devices, such as npu->gpu",
         "routes.yaml: routes.chat.max_tokens: input should be greater than or equal to 1, got 0",
     ]
 
@@ -171,4 +172,34 @@ def test_errors_name_the_file_as_given(tmp_path: Path) -> None:
         load_routes(path)
     assert info.value.problems == [
         f"{path}: routes.chat.model: unknown model 'smol' (known: smollm2)"
+    ]
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu", "npu", "auto", "hybrid", "npu->gpu", "cpu->gpu"])
+def test_every_documented_device_form_is_accepted(device: str) -> None:
+    text = VALID.replace("model: smollm2}", f"model: smollm2, device: '{device}'}}")
+    assert parse_routes(text, "routes.yaml").routes["chat"].device == device
+
+
+def test_a_split_over_one_device_is_refused() -> None:
+    text = VALID.replace("model: smollm2}", "model: smollm2, device: 'npu->npu'}")
+    assert problems(text) == [
+        "routes.yaml: routes.chat.device: invalid device 'npu->npu': use cpu, gpu, npu, auto, "
+        "hybrid, or PREFILL->DECODE with two different devices, such as npu->gpu"
+    ]
+
+
+def test_a_cpu_route_that_may_not_use_the_cpu_is_refused() -> None:
+    text = VALID.replace("model: smollm2}", "model: smollm2, device: cpu, allow_cpu: false}")
+    assert problems(text) == [
+        "routes.yaml: routes.chat.allow_cpu: false, but device 'cpu' runs on cpu: the route "
+        "could never run; set allow_cpu to true or choose another device"
+    ]
+
+
+def test_on_failure_takes_two_values() -> None:
+    text = VALID.replace("model: smollm2}", "model: smollm2, on_failure: retry}")
+    assert problems(text) == [
+        "routes.yaml: routes.chat.on_failure: invalid value 'retry' "
+        "(expected one of: next, return_error)"
     ]

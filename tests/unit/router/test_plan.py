@@ -1,4 +1,4 @@
-"""Resolving a task name into a Plan (pure: no engines involved)."""
+"""Planning: routes to attempts on devices, with the documented auto cost model and fallbacks."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import pytest
 
 from router import (
     BadRequestError,
+    Device,
+    RouteConfig,
     ServiceUnavailableError,
     UnknownTaskError,
+    find_route,
     parse_routes,
-    resolve,
+    plan_route,
 )
 
 ROUTES = parse_routes(
@@ -20,60 +23,165 @@ models:
 routes:
   chat: {kind: chat, model: small}
   autocomplete: {kind: completion, model: small, device: cpu}
-  accel: {kind: chat, model: small, device: npu}
-  split: {kind: chat, model: small, device: hybrid}
 """,
     "routes.yaml",
 )
+CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
+NPU = Device("npu", frozenset({"llamacpp"}), "emulated", emulated=True, threads=1)
+GPU = Device("gpu", frozenset({"llamacpp"}), "emulated", emulated=True, threads=1)
+REAL_NPU = Device("npu", frozenset({"onnx-genai"}), "/sys/class/accel")
 
 
-def test_auto_takes_the_cpu_when_it_is_all_there_is() -> None:
-    plan = resolve("chat", "chat", ROUTES, {"cpu"})
-    assert plan.first.model == "small"
-    assert plan.first.device == "cpu"
-    assert plan.first.reason == "device auto: cpu is the fastest device found (cpu)"
+def devices(*items: Device) -> dict[str, Device]:
+    return {d.name: d for d in items}
 
 
-def test_auto_prefers_a_gpu() -> None:
-    assert resolve("chat", "chat", ROUTES, {"cpu", "gpu"}).first.device == "gpu"
+def route(**fields: object) -> RouteConfig:
+    return RouteConfig.model_validate({"kind": "chat", "model": "small", **fields})
 
 
-def test_a_pinned_device_is_kept() -> None:
-    plan = resolve("autocomplete", "completion", ROUTES, {"cpu", "gpu"})
-    assert (plan.first.device, plan.first.reason) == ("cpu", "device pinned to cpu by the route")
+def plan(r: RouteConfig, found: dict[str, Device], **kw: object) -> list[tuple[str, str]]:
+    result = plan_route("t", r, engine="llamacpp", devices=found, **kw)  # type: ignore[arg-type]
+    return [(a.device, a.reason) for a in result.attempts]
 
 
-def test_a_missing_device_is_an_error_never_a_silent_cpu_run() -> None:
-    with pytest.raises(ServiceUnavailableError) as info:
-        resolve("accel", "chat", ROUTES, {"cpu"})
-    assert info.value.status_code == 503
-    assert info.value.code == "device_unavailable"
-    assert info.value.message == (
-        "route 'accel' needs device 'npu' but npu is not available (found: cpu); no fallback "
-        "is configured, so the request was not run elsewhere: set routes.accel.device to one "
-        "of the devices found"
+def test_auto_on_a_cpu_only_machine() -> None:
+    assert plan(route(), devices(CPU)) == [
+        ("cpu", "auto: found cpu; shortest queue, fastest first (queued: cpu 0)")
+    ]
+
+
+def test_auto_keeps_short_prompts_on_one_device_and_labels_emulation() -> None:
+    attempts = plan(route(), devices(CPU, NPU, GPU), prompt_tokens=100)
+    assert attempts == [
+        (
+            "gpu(emulated)",
+            "auto: prompt of 100 tokens < 512; shortest queue, fastest first "
+            "(queued: gpu 0, npu 0, cpu 0)",
+        ),
+        (
+            "cpu",
+            "fallback to cpu if gpu(emulated) fails before the first token "
+            "(on_failure: next, allow_cpu: true)",
+        ),
+    ]
+
+
+def test_auto_splits_long_prompts_when_npu_and_gpu_exist() -> None:
+    attempts = plan(route(), devices(CPU, NPU, GPU), prompt_tokens=512)
+    assert attempts[0] == (
+        "npu(emulated)->gpu(emulated)",
+        "auto: prompt of 512 tokens >= 512, npu and gpu found: prefill on npu, decode on gpu",
     )
 
 
+def test_auto_does_not_split_for_an_engine_that_cannot() -> None:
+    attempts = plan(route(), devices(CPU, NPU, GPU), prompt_tokens=4000, can_split=False)
+    assert attempts[0][0] == "gpu(emulated)"
+
+
+def test_auto_threshold_is_per_route() -> None:
+    r = route(hybrid_min_prompt_tokens=50)
+    assert plan(r, devices(CPU, NPU, GPU), prompt_tokens=60)[0][0] == "npu(emulated)->gpu(emulated)"
+
+
+def test_auto_follows_the_shortest_queue() -> None:
+    attempts = plan(route(), devices(CPU, NPU, GPU), load={"gpu": 3, "npu": 1, "cpu": 2})
+    assert attempts[0][0] == "npu(emulated)"
+    assert attempts[0][1].endswith("(queued: gpu 3, npu 1, cpu 2)")
+
+
+def test_auto_without_cpu_when_allow_cpu_is_false() -> None:
+    result = plan_route("t", route(allow_cpu=False), engine="llamacpp", devices=devices(CPU, NPU))
+    assert [a.device for a in result.attempts] == ["npu(emulated)"]
+    assert result.removed == ("cpu: allow_cpu is false for route 't'",)
+
+
+def test_a_pinned_device_that_exists_is_used_with_cpu_behind_it() -> None:
+    assert plan(route(device="npu"), devices(CPU, NPU)) == [
+        ("npu(emulated)", "device npu pinned by the route"),
+        (
+            "cpu",
+            "fallback to cpu if npu(emulated) fails before the first token "
+            "(on_failure: next, allow_cpu: true)",
+        ),
+    ]
+
+
+def test_return_error_keeps_only_the_pinned_device() -> None:
+    result = plan_route(
+        "t",
+        route(device="npu", on_failure="return_error"),
+        engine="llamacpp",
+        devices=devices(CPU, NPU),
+    )
+    assert [a.device for a in result.attempts] == ["npu(emulated)"]
+    assert result.removed == ("cpu fallback: on_failure is return_error",)
+
+
+def test_a_missing_device_falls_back_to_cpu_visibly_when_allowed() -> None:
+    assert plan(route(device="npu"), devices(CPU)) == [
+        ("cpu", "fallback to cpu: npu: npu is not available (found: cpu); allow_cpu is true"),
+    ]
+
+
+def test_a_missing_device_without_fallback_is_a_503_naming_everything() -> None:
+    with pytest.raises(ServiceUnavailableError) as info:
+        plan_route(
+            "accel", route(device="npu", allow_cpu=False), engine="llamacpp", devices=devices(CPU)
+        )
+    assert info.value.status_code == 503
+    assert info.value.code == "device_unavailable"
+    assert info.value.message == (
+        "route 'accel' needs device 'npu', which is not usable here (found: cpu), and the "
+        "fallback to cpu is forbidden by routes.accel.allow_cpu: false: declare the device "
+        "(ZEST_EMULATE_DEVICES, e.g. npu=cpu:1, for an emulated one) or change routes.accel.device"
+    )
+
+
+def test_a_device_the_engine_cannot_use_does_not_count() -> None:
+    with pytest.raises(ServiceUnavailableError, match=r"\(found: cpu, npu\)"):
+        plan_route(
+            "t",
+            route(device="npu", allow_cpu=False),
+            engine="llamacpp",
+            devices=devices(CPU, REAL_NPU),
+        )
+
+
+@pytest.mark.parametrize("device", ["hybrid", "npu->gpu"])
+def test_hybrid_places_prefill_and_decode(device: str) -> None:
+    result = plan_route(
+        "t", route(device=device), engine="llamacpp", devices=devices(CPU, NPU, GPU)
+    )
+    placement = result.first.placement
+    assert (placement.prefill.name, placement.decode.name, placement.split) == ("npu", "gpu", True)
+    assert result.first.device == "npu(emulated)->gpu(emulated)"
+
+
 def test_hybrid_needs_both_devices() -> None:
-    with pytest.raises(ServiceUnavailableError, match="npu and gpu are not available"):
-        resolve("split", "chat", ROUTES, {"cpu"})
-    assert resolve("split", "chat", ROUTES, {"cpu", "npu", "gpu"}).first.device == "npu->gpu"
+    attempts = plan(route(device="hybrid"), devices(CPU, NPU))
+    assert attempts == [
+        (
+            "cpu",
+            "fallback to cpu: hybrid: gpu is not available "
+            "(found: cpu, npu(emulated)); allow_cpu is true",
+        )
+    ]
 
 
 def test_an_unknown_task_lists_the_known_ones() -> None:
     with pytest.raises(UnknownTaskError) as info:
-        resolve("chatt", "chat", ROUTES, {"cpu"})
+        find_route("chatt", "chat", ROUTES)
     assert info.value.status_code == 404
     assert info.value.message == (
-        "unknown task 'chatt': use one of accel, autocomplete, chat, split "
-        "(GET /v1/models lists them)"
+        "unknown task 'chatt': use one of autocomplete, chat (GET /v1/models lists them)"
     )
 
 
 def test_the_endpoint_must_match_the_route_kind() -> None:
     with pytest.raises(BadRequestError) as info:
-        resolve("autocomplete", "chat", ROUTES, {"cpu"})
+        find_route("autocomplete", "chat", ROUTES)
     assert info.value.message == (
         "task 'autocomplete' is a completion route: call /v1/completions "
         "or POST /v1/tasks/autocomplete instead"
@@ -82,7 +190,6 @@ def test_the_endpoint_must_match_the_route_kind() -> None:
 
 def test_models_are_addressable_only_when_exposed() -> None:
     with pytest.raises(UnknownTaskError):
-        resolve("small", "chat", ROUTES, {"cpu"})
+        find_route("small", "chat", ROUTES)
     exposed = ROUTES.model_copy(update={"expose_models": True})
-    plan = resolve("small", "completion", exposed, {"cpu"})
-    assert (plan.route.kind, plan.first.model, plan.first.device) == ("completion", "small", "cpu")
+    assert find_route("small", "completion", exposed).kind == "completion"

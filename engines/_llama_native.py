@@ -1,0 +1,151 @@
+"""Thin wrappers over llama.cpp's C API (through llama-cpp-python's low-level bindings).
+
+A `NativeContext` is one llama_context on a shared model: prefill a sequence in chunks, decode a
+step of one token for several sequences, and move a sequence's KV state out and in
+(`llama_state_seq_get_data` / `llama_state_seq_set_data`) — the handoff of the hybrid pipeline.
+All methods run on the thread that owns the context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engines._base import GenerationJob
+from router import EngineError
+
+__all__ = ["ContextSettings", "NativeContext", "make_sampler", "token_piece"]
+
+_PENALTY_LAST_N = 64
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    threads: int
+    n_seq: int
+    flash_attn: bool
+    kv_type: int
+
+
+class NativeContext:
+    def __init__(self, llama_cpp: Any, internals: Any, model: Any, settings: ContextSettings):
+        self._lib, self._internals, self.settings = llama_cpp, internals, settings
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = settings.n_ctx * settings.n_seq
+        params.n_batch = settings.n_batch
+        params.n_ubatch = min(settings.n_ubatch, settings.n_batch)
+        params.n_seq_max = settings.n_seq
+        params.n_threads = params.n_threads_batch = settings.threads
+        params.flash_attn_type = 1 if settings.flash_attn else 0
+        params.type_k = params.type_v = settings.kv_type
+        params.kv_unified = True  # sequences share one cache: any free cell serves any sequence
+        params.no_perf = True
+        self._ctx = internals.LlamaContext(model=model, params=params, verbose=False)
+        self._batch = internals.LlamaBatch(
+            n_tokens=max(settings.n_batch, settings.n_seq), embd=0, n_seq_max=1, verbose=False
+        )
+        self.last_index = 0  # where the logits of the last prefilled token are
+
+    def prefill(
+        self,
+        tokens: Sequence[int],
+        seq: int,
+        cancelled: threading.Event | None = None,
+        start: int = 0,
+    ) -> bool:
+        """Evaluate `tokens` for `seq` in chunks; False when cancelled between chunks."""
+        step = self.settings.n_batch
+        for offset in range(0, len(tokens), step):
+            if cancelled is not None and cancelled.is_set():
+                return False
+            chunk = tokens[offset : offset + step]
+            last = offset + len(chunk) == len(tokens)
+            self._fill([(t, start + offset + i, seq) for i, t in enumerate(chunk)], last_only=last)
+            self._decode()
+        self.last_index = (len(tokens) - 1) % step if tokens else 0
+        return True
+
+    def step(self, entries: Sequence[tuple[int, int, int]]) -> None:
+        """Decode one token for each (token, position, sequence); logits of entry i at index i."""
+        self._fill(entries, last_only=False, all_logits=True)
+        self._decode()
+
+    def sample(self, sampler: Any, index: int) -> int:
+        return int(sampler.sample(self._ctx, index))
+
+    def export_seq(self, seq: int) -> bytes:
+        size = self._lib.llama_state_seq_get_size(self._ctx.ctx, seq)
+        buffer = (ctypes.c_uint8 * size)()
+        written = self._lib.llama_state_seq_get_data(self._ctx.ctx, buffer, size, seq)
+        if written != size:
+            raise EngineError(f"KV handoff: exported {written} of {size} bytes")
+        return bytes(buffer)
+
+    def import_seq(self, seq: int, state: bytes) -> None:
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        read = self._lib.llama_state_seq_set_data(self._ctx.ctx, buffer, len(state), seq)
+        if read != len(state):
+            raise EngineError(
+                f"KV handoff: the decode context took {read} of {len(state)} bytes "
+                "(no room for the sequence: raise context_length)"
+            )
+
+    def forget(self, seq: int) -> None:
+        self._lib.llama_memory_seq_rm(self._ctx.memory, seq, -1, -1)
+
+    def close(self) -> None:
+        self._batch.close()
+        self._ctx.close()
+
+    def _fill(
+        self, entries: Sequence[tuple[int, int, int]], *, last_only: bool, all_logits: bool = False
+    ) -> None:
+        batch = self._batch.batch
+        batch.n_tokens = len(entries)
+        for i, (token, pos, seq) in enumerate(entries):
+            batch.token[i], batch.pos[i] = token, pos
+            batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq
+            batch.logits[i] = all_logits
+        if last_only and entries:
+            batch.logits[len(entries) - 1] = True
+
+    def _decode(self) -> None:
+        code = self._lib.llama_decode(self._ctx.ctx, self._batch.batch)
+        if code != 0:
+            raise EngineError(
+                f"generation failed: llama.cpp could not decode (llama_decode returned {code})"
+            )
+
+
+def token_piece(llama_cpp: Any, vocab: Any, token: int, special: bool = False) -> bytes:
+    """The bytes of one token (a piece may be part of a UTF-8 character)."""
+    size = 64
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        n = llama_cpp.llama_token_to_piece(vocab, token, buffer, size, 0, special)
+        if n >= 0:
+            return buffer.raw[:n]
+        size = -n  # too small: llama.cpp says how much it needs
+
+
+def make_sampler(internals: Any, n_vocab: int, job: GenerationJob, seed: int) -> Any:
+    """The sampler chain of one request (llama.cpp's usual order; greedy at temperature 0)."""
+    sampler = internals.LlamaSampler()
+    sampler.add_penalties(
+        n_vocab, _PENALTY_LAST_N, job.repeat_penalty, job.frequency_penalty, job.presence_penalty
+    )
+    if job.temperature == 0.0:
+        sampler.add_greedy()
+        return sampler
+    sampler.add_top_k(job.top_k)
+    sampler.add_top_p(job.top_p, 1)
+    sampler.add_min_p(job.min_p, 1)
+    sampler.add_temp(job.temperature)
+    sampler.add_dist(seed)
+    return sampler

@@ -1,0 +1,195 @@
+"""The hybrid pipeline: prefill in one context (the NPU's), decode in another (the GPU's).
+
+Two threads. The prefill thread evaluates a prompt, samples the first token, exports the
+sequence's KV state (`llama_state_seq_get_data`: sequence state, not whole-context state with
+logits) and hands it over. The decode thread imports it into a free sequence slot
+(`llama_state_seq_set_data`) and decodes one token per step for every active sequence, so a long
+prompt being prefilled never stalls the streams already decoding.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engines._base import Delta, GenerationJob, StageStats
+from engines._llama_native import NativeContext
+from engines._output import SequenceOutput
+from engines._worker import PendingCounter, Task, stream_task
+from router import Placement
+
+__all__ = ["HybridPipeline"]
+
+
+@dataclass
+class _Sequence:
+    """A request between prefill and the end of decode."""
+
+    task: Task
+    out: SequenceOutput
+    sampler: Any
+    token: int
+    pos: int
+    stats: StageStats
+    state: bytes = b""
+    decode_start: float = 0.0
+
+
+class HybridPipeline:
+    def __init__(
+        self,
+        name: str,
+        *,
+        prefill: NativeContext,
+        decode: NativeContext,
+        new_output: Callable[[GenerationJob], SequenceOutput],
+        new_sampler: Callable[[GenerationJob], Any],
+        placement: Placement,
+    ) -> None:
+        self._prefill, self._decode = prefill, decode
+        self._new_output, self._new_sampler = new_output, new_sampler
+        self._devices = (placement.prefill.label, placement.decode.label)
+        self.pending = PendingCounter()
+        self._tasks: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._handoffs: queue.SimpleQueue[_Sequence | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._prefill_loop, name=f"zest-{name}-prefill", daemon=True),
+            threading.Thread(target=self._decode_loop, name=f"zest-{name}-decode", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+        return stream_task(self._tasks.put, job, self.pending)
+
+    def close(self) -> None:
+        self._tasks.put(None)
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+    # --- prefill thread ----------------------------------------------------------------------
+
+    def _prefill_loop(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            if task.job.cancelled.is_set():
+                task.send(None)
+                continue
+            try:
+                seq = self._prefill_one(task)
+            except Exception as exc:
+                self._prefill.forget(0)
+                task.fail(exc)
+                continue
+            if seq is not None:
+                self._handoffs.put(seq)
+        self._handoffs.put(None)
+
+    def _prefill_one(self, task: Task) -> _Sequence | None:
+        job, ctx = task.job, self._prefill
+        out, sampler = self._new_output(job), self._new_sampler(job)
+        started = time.perf_counter()
+        ctx.forget(0)
+        if not ctx.prefill(job.prompt_tokens, 0, job.cancelled):
+            sampler.close()
+            task.finish(out.final(StageStats(*self._devices, prefill_ms=_ms(started))))
+            return None
+        token = ctx.sample(sampler, ctx.last_index)
+        prefill_ms, exported = _ms(started), time.perf_counter()
+        state = ctx.export_seq(0)
+        ctx.forget(0)
+        stats = StageStats(
+            *self._devices,
+            prefill_ms=prefill_ms,
+            handoff_ms=_ms(exported),
+            handoff_bytes=len(state),
+        )
+        return _Sequence(task, out, sampler, token, len(job.prompt_tokens), stats, state)
+
+    # --- decode thread -----------------------------------------------------------------------
+
+    def _decode_loop(self) -> None:
+        active: dict[int, _Sequence] = {}
+        free = list(range(self._decode.settings.n_seq))
+        closed = False
+        while not closed or active:
+            closed = self._admit_handoffs(active, free) or closed
+            if active:
+                self._step(active, free)
+
+    def _admit_handoffs(self, active: dict[int, _Sequence], free: list[int]) -> bool:
+        """Take waiting handoffs into free slots; block only when nothing is decoding."""
+        while free:
+            try:
+                seq = self._handoffs.get(block=not active)
+            except queue.Empty:
+                return False
+            if seq is None:
+                return True
+            self._admit(seq, free.pop(0), active, free)
+        return False
+
+    def _admit(
+        self, seq: _Sequence, slot: int, active: dict[int, _Sequence], free: list[int]
+    ) -> None:
+        imported = time.perf_counter()
+        try:
+            self._decode.forget(slot)
+            self._decode.import_seq(slot, seq.state)
+        except Exception as exc:
+            self._decode.forget(slot)
+            free.append(slot)
+            seq.sampler.close()
+            seq.task.fail(exc)
+            return
+        handoff_ms = (seq.stats.handoff_ms or 0.0) + _ms(imported)
+        seq.stats, seq.state = replace(seq.stats, handoff_ms=handoff_ms), b""
+        seq.task.send(Delta(seq.out.push(seq.token), stats=seq.stats))
+        seq.decode_start = time.perf_counter()
+        active[slot] = seq
+        if seq.out.finish is not None:
+            self._retire(slot, active, free)
+
+    def _step(self, active: dict[int, _Sequence], free: list[int]) -> None:
+        for slot in [s for s, seq in active.items() if seq.task.job.cancelled.is_set()]:
+            self._retire(slot, active, free)
+        if not active:
+            return
+        order = list(active.items())
+        try:
+            self._decode.step([(seq.token, seq.pos, slot) for slot, seq in order])
+        except Exception as exc:
+            for slot, seq in order:
+                self._drop(slot, seq, active, free)
+                seq.task.fail(exc)
+            return
+        for index, (slot, seq) in enumerate(order):
+            seq.pos += 1
+            seq.token = self._decode.sample(seq.sampler, index)
+            text = seq.out.push(seq.token)
+            if text:
+                seq.task.send(Delta(text))
+            if seq.out.finish is not None:
+                self._retire(slot, active, free)
+
+    def _retire(self, slot: int, active: dict[int, _Sequence], free: list[int]) -> None:
+        seq = active[slot]
+        self._drop(slot, seq, active, free)
+        decoded = max(seq.out.produced - 1, 0)  # the first token came from prefill
+        stats = replace(seq.stats, decode_ms=_ms(seq.decode_start), decode_tokens=decoded)
+        seq.task.finish(seq.out.final(stats))
+
+    def _drop(
+        self, slot: int, seq: _Sequence, active: dict[int, _Sequence], free: list[int]
+    ) -> None:
+        self._decode.forget(slot)
+        seq.sampler.close()
+        del active[slot]
+        free.append(slot)
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000

@@ -1,0 +1,43 @@
+"""From sampled tokens to client text for one sequence: end of generation, UTF-8, stops, limits."""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable
+
+from engines._base import Delta, FinishReason, GenerationJob, StageStats
+from engines._stops import StopMatcher
+
+__all__ = ["SequenceOutput"]
+
+
+class SequenceOutput:
+    """Feed tokens with `push`; `finish` is set once the sequence is done."""
+
+    def __init__(
+        self, job: GenerationJob, piece: Callable[[int], bytes], is_eog: Callable[[int], bool]
+    ) -> None:
+        self.job, self._piece, self._is_eog = job, piece, is_eog
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stops = StopMatcher(job.stop)
+        self.produced = 0
+        self.finish: FinishReason | None = None
+
+    def push(self, token: int) -> str:
+        """Account for one sampled token; return the text that may be sent now."""
+        if self._is_eog(token):
+            self.finish = "stop"
+            return ""
+        self.produced += 1
+        text = self._stops.feed(self._decoder.decode(self._piece(token)))
+        if self._stops.stopped:
+            self.finish = "stop"
+        elif self.produced >= self.job.max_tokens:
+            self.finish = "length"
+        return text
+
+    def final(self, stats: StageStats | None = None) -> Delta:
+        """The last delta: held-back text, finish reason (cancelled if asked), counts, figures."""
+        finish = self.finish or ("cancelled" if self.job.cancelled.is_set() else "length")
+        tail = self._stops.feed(self._decoder.decode(b"", final=True)) + self._stops.flush()
+        return Delta(tail, finish_reason=finish, completion_tokens=self.produced, stats=stats)

@@ -1,0 +1,109 @@
+"""Plans and devices as plain data, for `explain` and `system-info` (HTTP and CLI alike)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from engines import Inventory, engine_class
+from router import Device, Placement, RequestError, RoutesFile, find_route, plan_route
+
+__all__ = ["describe_inventory", "explain_task", "format_explanation"]
+
+
+def _placement(placement: Placement) -> dict[str, Any]:
+    return {
+        "device": placement.label,
+        "prefill_device": placement.prefill.label,
+        "decode_device": placement.decode.label,
+        "emulated": any(d.emulated for d in placement.devices),
+    }
+
+
+def explain_task(
+    routes: RoutesFile,
+    inventory: Inventory,
+    task: str,
+    prompt_tokens: int,
+    load: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """The plan for `task` without running it; an impossible plan is shown with its error."""
+    route = find_route(task, None, routes)
+    engine = routes.models[route.model].engine
+    result: dict[str, Any] = {
+        "task": task,
+        "prompt_tokens": prompt_tokens,
+        "route": route.model_dump(
+            include={
+                "kind",
+                "model",
+                "device",
+                "allow_cpu",
+                "on_failure",
+                "hybrid_min_prompt_tokens",
+            }
+        ),
+        "engine": engine,
+        "devices_found": [device_entry(d) for _, d in sorted(inventory.devices.items())],
+        "queue_depths": dict(load or {}),
+    }
+    try:
+        plan = plan_route(
+            task,
+            route,
+            engine=engine,
+            devices=inventory.devices,
+            load=load,
+            prompt_tokens=prompt_tokens,
+            can_split=engine_class(engine).supports_split,
+        )
+    except RequestError as exc:
+        return {**result, "attempts": [], "removed": [], "error": exc.to_body()["error"]}
+    attempts = [
+        {"model": a.model, **_placement(a.placement), "reason": a.reason} for a in plan.attempts
+    ]
+    return {**result, "attempts": attempts, "removed": list(plan.removed)}
+
+
+def device_entry(device: Device) -> dict[str, Any]:
+    return {
+        "name": device.name,
+        "label": device.label,
+        "emulated": device.emulated,
+        "detected_by": device.detected_by,
+        "detail": device.detail,
+        "engines": sorted(device.engines),
+        "usable": bool(device.engines),
+        "threads": device.threads,
+    }
+
+
+def describe_inventory(inventory: Inventory) -> dict[str, Any]:
+    return {
+        "devices": [device_entry(d) for _, d in sorted(inventory.devices.items())],
+        "probes": [{"source": p.source, "result": p.result} for p in inventory.probes],
+    }
+
+
+def format_explanation(explained: dict[str, Any]) -> str:
+    """The human-readable form `zest explain` prints."""
+    route = explained["route"]
+    lines = [
+        f"task {explained['task']}: {route['kind']} route, model {route['model']} "
+        f"({explained['engine']}), device {route['device']}, allow_cpu {route['allow_cpu']}, "
+        f"on_failure {route['on_failure']}; prompt of {explained['prompt_tokens']} tokens",
+        "devices: " + ", ".join(_device_summary(d) for d in explained["devices_found"]),
+    ]
+    for number, attempt in enumerate(explained["attempts"], 1):
+        lines.append(
+            f"attempt {number}: {attempt['model']} on {attempt['device']}: {attempt['reason']}"
+        )
+    lines += [f"removed: {reason}" for reason in explained["removed"]]
+    if "error" in explained:
+        lines.append(f"error ({explained['error']['code']}): {explained['error']['message']}")
+    return "\n".join(lines)
+
+
+def _device_summary(device: dict[str, Any]) -> str:
+    users = ", ".join(device["engines"])
+    return f"{device['label']} ({'usable by ' + users if users else 'unusable'})"
