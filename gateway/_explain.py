@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engines import Inventory, engine_class
-from router import Device, Placement, RequestError, RoutesFile, find_route, plan_route
+from router import Device, DeviceUnavailableError, Placement, RoutesFile, find_route, plan_route
 
 __all__ = ["describe_inventory", "explain_task", "format_explanation"]
 
@@ -57,8 +57,13 @@ def explain_task(
             prompt_tokens=prompt_tokens,
             can_split=engine_class(engine).supports_split,
         )
-    except RequestError as exc:
-        return {**result, "attempts": [], "removed": [], "error": exc.to_body()["error"]}
+    except DeviceUnavailableError as exc:
+        return {
+            **result,
+            "attempts": [],
+            "removed": list(exc.removed),
+            "error": exc.to_body()["error"],
+        }
     attempts = [
         {"model": a.model, **_placement(a.placement), "reason": a.reason} for a in plan.attempts
     ]

@@ -41,7 +41,8 @@ class Generation:
     def headers(self) -> dict[str, str]:
         headers = {
             "x-zest-route": f"task={self.plan.task}; model={self.info.model}; "
-            f"device={self.info.device}; engine={self.info.engine}"
+            f"device={self.info.device}; engine={self.info.engine}",
+            "x-zest-plan": self.attempt.reason,
         }
         if self.fallbacks:
             headers["x-zest-fallbacks"] = " | ".join(self.fallbacks)
@@ -57,6 +58,7 @@ class Generation:
             "model": self.info.model,
             "device": self.info.device,
             "engine": self.info.engine,
+            "reason": self.attempt.reason,
             "max_tokens": self.budget.max_tokens,
         }
         if self.budget.clamped_from is not None:

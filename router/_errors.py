@@ -6,7 +6,8 @@
         ├── BadRequestError         400 invalid_request_error
         │   └── ContextLengthExceededError   400 code=context_length_exceeded
         ├── UnknownTaskError        404 code=model_not_found
-        └── ServiceUnavailableError 503 (device missing, model not loaded, engine failure)
+        └── ServiceUnavailableError 503 (model not loaded, engine not installed)
+            ├── DeviceUnavailableError  no allowed device can serve the route
             └── EngineError         an engine failed while generating (foreign errors chained)
 
 Engines translate foreign exceptions at their boundary (`raise EngineError(...) from exc`).
@@ -18,6 +19,7 @@ __all__ = [
     "BadRequestError",
     "ConfigError",
     "ContextLengthExceededError",
+    "DeviceUnavailableError",
     "EngineError",
     "RequestError",
     "ServiceUnavailableError",
@@ -80,6 +82,14 @@ class UnknownTaskError(RequestError):
 class ServiceUnavailableError(RequestError):
     status_code = 503
     error_type = "service_unavailable"
+
+
+class DeviceUnavailableError(ServiceUnavailableError):
+    """No allowed device can serve a route; `removed` says which candidates were dropped, why."""
+
+    def __init__(self, message: str, removed: tuple[str, ...]) -> None:
+        super().__init__(message, code="device_unavailable")
+        self.removed = removed
 
 
 class EngineError(ServiceUnavailableError):

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from router._errors import BadRequestError, ServiceUnavailableError, UnknownTaskError
+from router._errors import BadRequestError, DeviceUnavailableError, UnknownTaskError
 from router._placement import DEVICE_ORDER, Device, Placement, describe_devices, parse_device
 from router._schema import RouteConfig, RoutesFile
 
@@ -171,14 +171,14 @@ def _plan_cpu_fallback(p: _Planner) -> None:
         p.removed.append("cpu fallback: on_failure is return_error")
 
 
-def _no_device_error(p: _Planner) -> ServiceUnavailableError:
+def _no_device_error(p: _Planner) -> DeviceUnavailableError:
     if p.route.allow_cpu:
         policy = "and no other device that can run this model is allowed"
     else:
         policy = f"and the fallback to cpu is forbidden by routes.{p.task}.allow_cpu: false"
-    return ServiceUnavailableError(
+    return DeviceUnavailableError(
         f"route {p.task!r} needs device {p.route.device!r}, which is not usable here "
         f"(found: {p.found}), {policy}: declare the device (ZEST_EMULATE_DEVICES, e.g. "
         f"npu=cpu:1, for an emulated one) or change routes.{p.task}.device",
-        code="device_unavailable",
+        tuple(p.removed),
     )

@@ -118,3 +118,61 @@ def test_a_bad_setting_names_the_variable() -> None:
         "ZEST_PORT (or its flag): input should be a valid integer, unable to parse string as an "
         "integer, got 'abc'\n"
     )
+
+
+def test_explain_prints_the_plan_with_emulated_devices() -> None:
+    result = subprocess.run(
+        [
+            str(ZEST),
+            "explain",
+            "chat",
+            "--prompt-tokens",
+            "600",
+            "--routes",
+            str(REPO / "examples" / "routes" / "devices.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+        env={**os.environ, "ZEST_EMULATE_DEVICES": "npu=cpu:1,gpu=cpu:1"},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        "task chat: chat route, model smollm2 (llamacpp), device auto, "
+        "allow_cpu True, on_failure next; prompt of 600 tokens"
+    )
+    assert lines[2:] == [
+        "attempt 1: smollm2 on npu(emulated)->gpu(emulated): auto: prompt of 600 tokens >= 256, "
+        "npu and gpu found: prefill on npu, decode on gpu",
+        "attempt 2: smollm2 on cpu: fallback to cpu if npu(emulated)->gpu(emulated) fails "
+        "before the first token (on_failure: next, allow_cpu: true)",
+    ]
+
+
+def test_explain_exits_1_when_the_route_cannot_run_here() -> None:
+    result = subprocess.run(
+        [
+            str(ZEST),
+            "explain",
+            "autocomplete",
+            "--routes",
+            str(REPO / "examples" / "routes" / "devices.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+        env={**os.environ, "ZEST_EMULATE_DEVICES": ""},
+    )
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-2:] == [
+        "removed: npu: npu is not available (found: cpu)",
+        "error (device_unavailable): route 'autocomplete' needs device 'npu', which is not usable "
+        "here (found: cpu), and the fallback to cpu is forbidden by routes.autocomplete.allow_cpu:"
+        " false: declare the device (ZEST_EMULATE_DEVICES, e.g. npu=cpu:1, for an emulated one) "
+        "or change routes.autocomplete.device",
+    ]
