@@ -7,7 +7,7 @@ import difflib
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
 
@@ -33,6 +33,7 @@ __all__ = ["create_app"]
 
 log = logging.getLogger("zest.gateway")
 Body = TypeVar("Body", bound=BaseModel)
+T = TypeVar("T")
 Kind = Literal["chat", "completion"]
 
 
@@ -70,8 +71,17 @@ def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadReque
     return BadRequestError(f"{param}: {message}" if param else message, param=param)
 
 
+class ClientDisconnectedError(RequestError):
+    status_code = 499  # nobody reads it: the client is gone; it names the outcome in the log
+
+
 async def _respond(
-    runtime: Runtime, name: str, kind: Kind, body: SamplingFields, **inputs: Any
+    request: Request[Any, Any, Any],
+    runtime: Runtime,
+    name: str,
+    kind: Kind,
+    body: SamplingFields,
+    **inputs: Any,
 ) -> Response[Any]:
     request_id = "req_" + secrets.token_hex(8)
     gen = await start_generation(
@@ -81,10 +91,29 @@ async def _respond(
         headers = {**gen.headers(), "x-request-id": request_id}
         return _stream_response(gen, kind, name, body.include_usage(), headers)
     try:
-        payload = await collect_body(gen, kind, name)
+        payload = await _unless_disconnected(request, collect_body(gen, kind, name))
     finally:
         await gen.aclose()
     return Response(payload, headers={**gen.headers(), "x-request-id": request_id})
+
+
+async def _unless_disconnected(request: Request[Any, Any, Any], work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it if the client goes away first (its generation stops too)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        raise ClientDisconnectedError("the client went away before the answer was complete")
+    return task.result()
+
+
+async def _disconnect(request: Request[Any, Any, Any]) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _stream_response(
@@ -101,13 +130,15 @@ def _stream_response(
 @post("/chat/completions", status_code=200)
 async def chat_completions(request: Request[Any, Any, Any], runtime: Runtime) -> Response[Any]:
     body = await _parse(request, ChatRequest)
-    return await _respond(runtime, body.model, "chat", body, messages=body.messages)
+    return await _respond(request, runtime, body.model, "chat", body, messages=body.messages)
 
 
 @post("/completions", status_code=200)
 async def completions(request: Request[Any, Any, Any], runtime: Runtime) -> Response[Any]:
     body = await _parse(request, CompletionRequest)
-    return await _respond(runtime, body.model, "completion", body, prompt=body.prompt_text())
+    return await _respond(
+        request, runtime, body.model, "completion", body, prompt=body.prompt_text()
+    )
 
 
 @post("/tasks/{task:str}", status_code=200)
@@ -123,13 +154,13 @@ async def task_endpoint(
                 f"task {task!r} is a completion route: send 'prompt' (or 'input'), not messages",
                 param="messages",
             )
-        return await _respond(runtime, task, kind, body, messages=body.messages)
+        return await _respond(request, runtime, task, kind, body, messages=body.messages)
     text = body.text() or ""
     if kind == "chat":
         return await _respond(
-            runtime, task, kind, body, messages=[ChatMessage(role="user", content=text)]
+            request, runtime, task, kind, body, messages=[ChatMessage(role="user", content=text)]
         )
-    return await _respond(runtime, task, kind, body, prompt=text)
+    return await _respond(request, runtime, task, kind, body, prompt=text)
 
 
 @get("/models")

@@ -45,8 +45,12 @@ def test_the_route_header_says_what_served_the_request(http: httpx.Client) -> No
         "model": "smollm2",
         "device": "cpu",
         "engine": "llamacpp",
+        "reason": "auto: found cpu; shortest queue, fastest first (queued: cpu 0)",
         "max_tokens": 4,
     }
+    assert reply.headers["x-zest-plan"] == (
+        "auto: found cpu; shortest queue, fastest first (queued: cpu 0)"
+    )
 
 
 def test_a_max_tokens_above_the_route_cap_is_clamped_visibly(http: httpx.Client) -> None:
@@ -246,3 +250,17 @@ def test_a_client_that_disconnects_cancels_its_generation(
     )
     assert after.status_code == 200
     assert after.json()["usage"]["completion_tokens"] >= 1
+
+
+def test_a_client_that_gives_up_on_a_plain_request_cancels_it(server: Server) -> None:
+    body = {
+        "model": "chat",
+        "messages": [{"role": "user", "content": "Tell a long story."}],
+        "max_tokens": 400,
+        "temperature": 0,
+    }
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.v1}/chat/completions", json=body, timeout=httpx.Timeout(60, read=0.3))
+    line = server.wait_for_log("max_tokens=397")
+    assert "finish=cancelled" in line
+    assert int(line.split("completion_tokens=")[1].split()[0]) < 397
