@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import json
 import logging
@@ -107,6 +108,8 @@ async def _unless_disconnected(request: Request[Any, Any, Any], work: Awaitable[
         watcher.cancel()
     if not task.done():
         task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task  # let the generation unwind before the stream is closed
         raise ClientDisconnectedError("the client went away before the answer was complete")
     return task.result()
 

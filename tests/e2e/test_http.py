@@ -256,7 +256,7 @@ def test_a_client_that_gives_up_on_a_plain_request_cancels_it(server: Server) ->
     body = {
         "model": "chat",
         "messages": [{"role": "user", "content": "Tell a long story."}],
-        "max_tokens": 400,
+        "max_tokens": 397,  # names this request in the log
         "temperature": 0,
     }
     with pytest.raises(httpx.ReadTimeout):
