@@ -41,6 +41,8 @@ class GenerationJob:
     presence_penalty: float
     seed: int | None
     stop: tuple[str, ...]
+    # Admission order when the model is busy: higher first (the route's priority).
+    priority: int = 0
     # Names the request in engine logs (request id, task); never the prompt itself.
     label: str = ""
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False, init=False)
@@ -82,6 +84,8 @@ class Delta:
     finish_reason: FinishReason | None = None
     completion_tokens: int = 0
     stats: StageStats | None = None
+    # On the first delta: prompt tokens whose KV was reused from an earlier request.
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)

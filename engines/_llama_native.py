@@ -24,27 +24,30 @@ _PENALTY_LAST_N = 64
 
 @dataclass(frozen=True)
 class ContextSettings:
-    n_ctx: int
+    n_ctx: int  # KV cells in all (sequences share them: kv_unified)
     n_batch: int
     n_ubatch: int
     threads: int
     n_seq: int
     flash_attn: bool
     kv_type: int
+    # One KV stream per sequence (False) makes each sequence's numerics independent of the
+    # others' cell placement; a unified cache (True) lets sequences share cells.
+    kv_unified: bool = True
 
 
 class NativeContext:
     def __init__(self, llama_cpp: Any, internals: Any, model: Any, settings: ContextSettings):
         self._lib, self._internals, self.settings = llama_cpp, internals, settings
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = settings.n_ctx * settings.n_seq
+        params.n_ctx = settings.n_ctx
         params.n_batch = settings.n_batch
         params.n_ubatch = min(settings.n_ubatch, settings.n_batch)
         params.n_seq_max = settings.n_seq
         params.n_threads = params.n_threads_batch = settings.threads
         params.flash_attn_type = 1 if settings.flash_attn else 0
         params.type_k = params.type_v = settings.kv_type
-        params.kv_unified = True  # sequences share one cache: any free cell serves any sequence
+        params.kv_unified = settings.kv_unified
         params.no_perf = True
         self._ctx = internals.LlamaContext(model=model, params=params, verbose=False)
         self._batch = internals.LlamaBatch(
@@ -75,6 +78,23 @@ class NativeContext:
         """Decode one token for each (token, position, sequence); logits of entry i at index i."""
         self._fill(entries, last_only=False, all_logits=True)
         self._decode()
+
+    def decode(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
+        """One mixed batch of (token, position, sequence, wants logits); logits at batch index."""
+        batch = self._batch.batch
+        batch.n_tokens = len(entries)
+        for i, (token, pos, seq, logits) in enumerate(entries):
+            batch.token[i], batch.pos[i] = token, pos
+            batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq
+            batch.logits[i] = logits
+        self._decode()
+
+    def copy(self, src: int, dst: int, end: int) -> None:
+        """Give `dst` the cells of `src` at positions [0, end): shared cells, nothing is copied."""
+        self._lib.llama_memory_seq_cp(self._ctx.memory, src, dst, 0, end)
+
+    def forget_from(self, seq: int, start: int) -> None:
+        self._lib.llama_memory_seq_rm(self._ctx.memory, seq, start, -1)
 
     def sample(self, sampler: Any, index: int) -> int:
         return int(sampler.sample(self._ctx, index))

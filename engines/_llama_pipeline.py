@@ -20,7 +20,7 @@ from engines._base import Delta, GenerationJob, StageStats
 from engines._llama_native import NativeContext
 from engines._output import SequenceOutput
 from engines._worker import PendingCounter, Task, stream_task
-from router import Placement
+from router import OverloadedError, Placement
 
 __all__ = ["HybridPipeline"]
 
@@ -49,7 +49,9 @@ class HybridPipeline:
         new_output: Callable[[GenerationJob], SequenceOutput],
         new_sampler: Callable[[GenerationJob], Any],
         placement: Placement,
+        max_queue: int,
     ) -> None:
+        self._max_queue = max_queue
         self._prefill, self._decode = prefill, decode
         self._new_output, self._new_sampler = new_output, new_sampler
         self._devices = (placement.prefill.label, placement.decode.label)
@@ -64,6 +66,12 @@ class HybridPipeline:
             thread.start()
 
     def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+        if self._tasks.qsize() >= self._max_queue:
+            raise OverloadedError(
+                f"the model's queue is full ({self._max_queue} requests waiting): retry "
+                "shortly, or raise options.max_queue in routes.yaml",
+                retry_after=1,
+            )
         return stream_task(self._tasks.put, job, self.pending)
 
     def close(self) -> None:

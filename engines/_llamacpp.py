@@ -1,8 +1,9 @@
 """The llama.cpp engine, in process through llama-cpp-python's low-level API.
 
-One loaded model per (model, placement). On one device, a worker thread runs one generation at
-a time in one context. Split across two devices, `HybridPipeline` prefills in one context and
-decodes in another, handing each sequence's KV state over between them.
+One loaded model per (model, placement). On one device, `BatchScheduler` decodes several
+sequences in one context (continuous batching, prefix reuse). Split across two devices,
+`HybridPipeline` prefills in one context and decodes in another, handing each sequence's KV
+state over between them.
 """
 
 from __future__ import annotations
@@ -10,17 +11,17 @@ from __future__ import annotations
 import functools
 import os
 import random
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from engines._base import Delta, Engine, EngineInfo, GenerationJob, Message, StageStats
+from engines._base import Delta, Engine, EngineInfo, GenerationJob, Message
+from engines._llama_batch import BatchScheduler
 from engines._llama_native import ContextSettings, NativeContext, make_sampler, token_piece
 from engines._llama_pipeline import HybridPipeline
 from engines._output import SequenceOutput
+from engines._prefix_cache import PrefixCache
 from engines._sources import resolve_source
-from engines._worker import GenerationWorker
 from router import Device, EngineError, LlamaCppModel, Placement, ServiceUnavailableError
 
 __all__ = ["LlamaCppEngine"]
@@ -60,7 +61,7 @@ class LlamaCppEngine(Engine):
         self._path = resolve_source(config.source, base_dir)
         self._model: Any = None
         self._formatter: Any = None
-        self._runner: GenerationWorker | HybridPipeline | None = None
+        self._runner: BatchScheduler | HybridPipeline | None = None
         self._contexts: list[NativeContext] = []
         self.context_length = 0
 
@@ -144,25 +145,31 @@ class LlamaCppEngine(Engine):
             )
         return f"llama.cpp ({part(self.placement.decode)})"
 
-    def _context(self, device: Device, n_seq: int) -> NativeContext:
+    def _context(
+        self, device: Device, n_seq: int, n_ctx: int, *, unified: bool = True
+    ) -> NativeContext:
         opts = self.config.options
         settings = ContextSettings(
-            n_ctx=self.context_length,
+            n_ctx=n_ctx,
             n_batch=opts.n_batch,
             n_ubatch=opts.n_ubatch,
             threads=self._threads(device),
             n_seq=n_seq,
             flash_attn=opts.flash_attn,
             kv_type=_KV_TYPES[opts.kv_cache_type],
+            kv_unified=unified,
         )
         ctx = NativeContext(self._lib, self._internals, self._model, settings)
         self._contexts.append(ctx)
         return ctx
 
-    def _start_runner(self) -> GenerationWorker | HybridPipeline:
+    def _start_runner(self) -> BatchScheduler | HybridPipeline:
+        opts, length = self.config.options, self.context_length
         if self.placement.split:
-            prefill = self._context(self.placement.prefill, n_seq=1)
-            decode = self._context(self.placement.decode, n_seq=self.config.options.parallel)
+            prefill = self._context(self.placement.prefill, n_seq=1, n_ctx=length)
+            decode = self._context(
+                self.placement.decode, n_seq=opts.parallel, n_ctx=length * opts.parallel
+            )
             return HybridPipeline(
                 self.model_id,
                 prefill=prefill,
@@ -170,9 +177,28 @@ class LlamaCppEngine(Engine):
                 new_output=self._new_output,
                 new_sampler=self._new_sampler,
                 placement=self.placement,
+                max_queue=opts.max_queue,
             )
-        self._single = self._context(self.placement.decode, n_seq=1)
-        return GenerationWorker(f"{self.model_id}-{self.placement.key}", self._generate)
+        cache_seqs = 8 if opts.prefix_cache_tokens else 0
+        ctx = self._context(
+            self.placement.decode,
+            n_seq=opts.parallel + cache_seqs,
+            n_ctx=length * opts.parallel + opts.prefix_cache_tokens,
+        )
+        cache = None
+        if cache_seqs:
+            seq_ids = range(opts.parallel, opts.parallel + cache_seqs)
+            cache = PrefixCache(ctx, seq_ids, opts.prefix_cache_tokens)
+        return BatchScheduler(
+            f"{self.model_id}-{self.placement.key}",
+            ctx=ctx,
+            slots=opts.parallel,
+            cache=cache,
+            max_queue=opts.max_queue,
+            new_output=self._new_output,
+            new_sampler=self._new_sampler,
+            device=self.placement.decode.label,
+        )
 
     def _chat_formatter(self) -> Any:
         template = self._model.metadata().get("tokenizer.chat_template")
@@ -203,41 +229,3 @@ class LlamaCppEngine(Engine):
     def _new_sampler(self, job: GenerationJob) -> Any:
         seed = job.seed if job.seed is not None else random.getrandbits(31)
         return make_sampler(self._internals, self._model.n_vocab(), job, seed)
-
-    # --- one device: runs on the worker thread -----------------------------------------------
-
-    def _generate(self, job: GenerationJob) -> Iterator[Delta]:
-        ctx, out, sampler = self._single, self._new_output(job), self._new_sampler(job)
-        device = self.placement.decode.label
-        try:
-            ctx.forget(0)
-            started = time.perf_counter()
-            if not ctx.prefill(job.prompt_tokens, 0, job.cancelled):
-                yield out.final(StageStats(device, device, _ms(started)))
-                return
-            token = ctx.sample(sampler, ctx.last_index)
-            stats = StageStats(device, device, _ms(started))
-            yield Delta(out.push(token), stats=stats)
-            decode_start, pos = time.perf_counter(), len(job.prompt_tokens)
-            while out.finish is None and not job.cancelled.is_set():
-                ctx.step([(token, pos, 0)])
-                pos += 1
-                token = ctx.sample(sampler, 0)
-                text = out.push(token)
-                if text:
-                    yield Delta(text)
-            yield out.final(_with_decode(stats, decode_start, out.produced))
-        finally:
-            ctx.forget(0)
-            sampler.close()
-
-
-def _ms(since: float) -> float:
-    return (time.perf_counter() - since) * 1000
-
-
-def _with_decode(stats: StageStats, decode_start: float, produced: int) -> StageStats:
-    from dataclasses import replace
-
-    # The first token came from prefill; decode made the rest.
-    return replace(stats, decode_ms=_ms(decode_start), decode_tokens=max(produced - 1, 0))

@@ -248,7 +248,7 @@ async def health(runtime: Runtime) -> dict[str, Any]:
 
 
 def _request_error(_: Request[Any, Any, Any], exc: RequestError) -> Response[Any]:
-    return Response(exc.to_body(), status_code=exc.status_code)
+    return Response(exc.to_body(), status_code=exc.status_code, headers=exc.headers())
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:

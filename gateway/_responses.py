@@ -30,6 +30,7 @@ def _usage(gen: Generation, completion_tokens: int) -> dict[str, Any]:
         "prompt_tokens": gen.budget.prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": gen.budget.prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": gen.first.cached_tokens},
     }
     if gen.final_stats is not None:  # extension: where each stage ran and how long it took
         usage["pipeline"] = gen.final_stats.as_dict()

@@ -17,7 +17,14 @@ from engines import Delta, Engine, EngineInfo, GenerationJob, Message, StageStat
 from gateway._runtime import Runtime
 from gateway._schemas import ChatMessage, SamplingFields
 from policies import Budget, plan_budget
-from router import Attempt, Plan, RouteConfig, ServiceUnavailableError, find_route
+from router import (
+    Attempt,
+    BadRequestError,
+    Plan,
+    RouteConfig,
+    ServiceUnavailableError,
+    find_route,
+)
 
 __all__ = ["Generation", "prompt_tokens_for", "start_generation"]
 
@@ -105,6 +112,8 @@ async def start_generation(
     route = find_route(name, kind, runtime.routes.config)
     tokenizer = await runtime.tokenizer_for(route.model)
     tokens = await asyncio.to_thread(prompt_tokens_for, tokenizer, route, messages, prompt)
+    if not tokens:
+        raise BadRequestError("the prompt is empty: send some text", param="prompt")
     plan = runtime.plan(name, route, prompt_tokens=len(tokens))
     fallbacks: list[str] = []
     for index, attempt in enumerate(plan.attempts):
@@ -196,5 +205,6 @@ def _job(
         seed=body.seed if body.seed is not None else defaults.seed,
         # The route's stops always apply (they shape the task); the request may add more.
         stop=tuple(dict.fromkeys(defaults.stop + body.stops())),
+        priority=route.priority,
         label=label,
     )

@@ -6,6 +6,7 @@
         ├── BadRequestError         400 invalid_request_error
         │   └── ContextLengthExceededError   400 code=context_length_exceeded
         ├── UnknownTaskError        404 code=model_not_found
+        ├── OverloadedError         429 code=overloaded, with Retry-After
         └── ServiceUnavailableError 503 (model not loaded, engine not installed)
             ├── DeviceUnavailableError  no allowed device can serve the route
             └── EngineError         an engine failed while generating (foreign errors chained)
@@ -21,6 +22,7 @@ __all__ = [
     "ContextLengthExceededError",
     "DeviceUnavailableError",
     "EngineError",
+    "OverloadedError",
     "RequestError",
     "ServiceUnavailableError",
     "UnknownTaskError",
@@ -52,6 +54,9 @@ class RequestError(ZestError):
         self.param = param
         self.code = code
 
+    def headers(self) -> dict[str, str]:
+        return {}
+
     def to_body(self) -> dict[str, dict[str, str | None]]:
         return {
             "error": {
@@ -77,6 +82,20 @@ class UnknownTaskError(RequestError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, param="model", code="model_not_found")
+
+
+class OverloadedError(RequestError):
+    """Too many requests are waiting for a model; the client should retry after a while."""
+
+    status_code = 429
+    error_type = "rate_limit_error"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message, code="overloaded")
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after)}
 
 
 class ServiceUnavailableError(RequestError):

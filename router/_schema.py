@@ -44,8 +44,12 @@ class LlamaCppOptions(_Strict):
     flash_attn: bool = True
     kv_cache_type: Literal["f16", "q8_0", "q4_0"] = "f16"
     mmap: bool = True
-    # Sequences decoded together in one context (the hybrid pipeline's decode slots).
-    parallel: int = Field(default=2, ge=1, le=64)
+    # Sequences decoded together in one context (continuous batching; hybrid decode slots).
+    parallel: int = Field(default=4, ge=1, le=64)
+    # Tokens of recent prompts whose KV is kept for reuse by later requests (0: off).
+    prefix_cache_tokens: int = Field(default=4096, ge=0)
+    # Requests that may wait for a free sequence; more are refused with 429 and Retry-After.
+    max_queue: int = Field(default=64, ge=0)
 
 
 class LlamaCppModel(_Strict):
@@ -93,6 +97,8 @@ class RouteConfig(_Strict):
     allow_cpu: bool = True
     on_failure: Literal["next", "return_error"] = "next"
     hybrid_min_prompt_tokens: int = Field(default=512, ge=1)
+    # Admission order when a model is busy: higher first, then arrival order.
+    priority: int = Field(default=0, ge=-100, le=100)
     max_tokens: int = Field(default=512, ge=1, le=1_048_576)
     system_prompt: str | None = None
     description: str = ""

@@ -69,6 +69,11 @@ def test_a_finished_stream_ends_with_usage_then_done() -> None:
     frames = events(generation(finishing()), include_usage=True)
     assert frames[-1] == "[DONE]"
     assert frames[-2]["choices"] == []
-    assert frames[-2]["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    assert frames[-2]["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 2,
+        "total_tokens": 5,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     assert frames[-3]["choices"][0]["finish_reason"] == "stop"
     assert frames[-3]["zest"]["device"] == "cpu"

@@ -45,7 +45,7 @@ def test_a_misspelt_route_key_suggests_the_right_one() -> None:
     assert problems(text) == [
         "routes.yaml: routes.chat.devcie: unknown key 'devcie': did you mean 'device'? "
         "(allowed: allow_cpu, description, device, hybrid_min_prompt_tokens, kind, max_tokens, "
-        "model, on_failure, sampling, system_prompt)"
+        "model, on_failure, priority, sampling, system_prompt)"
     ]
 
 
@@ -53,8 +53,8 @@ def test_a_misspelt_engine_option_is_found_under_the_model() -> None:
     text = VALID.replace("source: m.gguf}", "source: m.gguf, options: {n_thread: 2}}")
     assert problems(text) == [
         "routes.yaml: models.smollm2.options.n_thread: unknown key 'n_thread': "
-        "did you mean 'n_threads'? (allowed: flash_attn, kv_cache_type, mmap, n_batch, "
-        "n_threads, n_threads_batch, n_ubatch, parallel)"
+        "did you mean 'n_threads'? (allowed: flash_attn, kv_cache_type, max_queue, mmap, "
+        "n_batch, n_threads, n_threads_batch, n_ubatch, parallel, prefix_cache_tokens)"
     ]
 
 

@@ -1,0 +1,216 @@
+"""Continuous batching on one device: one context, several sequences, one llama_decode per step.
+
+Each step decodes one token for every sequence that is generating and fills the rest of the
+batch with a chunk of a pending prompt, so a new request starts at once and a long prompt never
+stalls the streams already running. Waiting requests are admitted by route priority, then in
+arrival order; beyond `max_queue` waiting requests, new ones are refused with 429.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from engines._base import Delta, GenerationJob, StageStats
+from engines._llama_native import NativeContext
+from engines._output import SequenceOutput
+from engines._prefix_cache import PrefixCache
+from engines._worker import PendingCounter, Task, stream_task
+from router import OverloadedError
+
+__all__ = ["BatchScheduler"]
+
+
+@dataclass
+class _Slot:
+    task: Task
+    seq: int
+    out: SequenceOutput
+    sampler: Any
+    cursor: int = 0  # prompt tokens already in the KV cache
+    token: int | None = None  # last sampled token, once generating
+    admitted: float = field(default_factory=time.perf_counter)
+    stats: StageStats | None = None
+    decode_start: float = 0.0
+    reused: int = 0  # prompt tokens whose KV came from the prefix cache
+
+    @property
+    def prompt(self) -> tuple[int, ...]:
+        return self.task.job.prompt_tokens
+
+
+class BatchScheduler:
+    def __init__(
+        self,
+        name: str,
+        *,
+        ctx: NativeContext,
+        slots: int,
+        cache: PrefixCache | None,
+        max_queue: int,
+        new_output: Callable[[GenerationJob], SequenceOutput],
+        new_sampler: Callable[[GenerationJob], Any],
+        device: str,
+    ) -> None:
+        self._ctx, self._cache, self._max_queue = ctx, cache, max_queue
+        self._new_output, self._new_sampler, self._device = new_output, new_sampler, device
+        self._free = list(range(slots))
+        self._active: list[_Slot] = []
+        self._waiting: list[tuple[int, int, Task]] = []  # heap: (-priority, arrival, task)
+        self._arrivals = itertools.count()
+        self._cond = threading.Condition()
+        self._closed = False
+        self.pending = PendingCounter()
+        self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
+        self._thread.start()
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+        with self._cond:
+            if len(self._waiting) >= self._max_queue:
+                raise OverloadedError(
+                    f"the model's queue is full ({self._max_queue} requests waiting): retry "
+                    "shortly, or raise options.max_queue in routes.yaml",
+                    retry_after=1,
+                )
+        return stream_task(self._submit, job, self.pending)
+
+    def _submit(self, task: Task) -> None:
+        with self._cond:
+            entry = (-task.job.priority, next(self._arrivals), task)
+            heapq.heappush(self._waiting, entry)
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=30)
+
+    # --- the scheduling thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while self._admit():
+            self._retire_cancelled()
+            if self._active:
+                self._step()
+
+    def _admit(self) -> bool:
+        """Move waiting requests into free slots; block while there is nothing to do."""
+        with self._cond:
+            while not self._closed and not self._waiting and not self._active:
+                self._cond.wait()
+            if self._closed:
+                for _, _, task in self._waiting:
+                    task.send(None)
+                return bool(self._active)
+            admitted = []
+            while self._waiting and self._free:
+                task = heapq.heappop(self._waiting)[2]
+                if task.job.cancelled.is_set():
+                    task.send(None)
+                    continue
+                admitted.append((task, self._free.pop(0)))
+        for task, seq in admitted:
+            self._start(task, seq)
+        return True
+
+    def _start(self, task: Task, seq: int) -> None:
+        job = task.job
+        slot = _Slot(task, seq, self._new_output(job), self._new_sampler(job))
+        try:
+            self._ctx.forget(seq)
+            if self._cache is not None:
+                slot.reused = slot.cursor = self._cache.reuse(job.prompt_tokens, seq)
+        except Exception as exc:
+            self._active.append(slot)
+            self._retire(slot, error=exc)
+            return
+        self._active.append(slot)
+
+    def _retire_cancelled(self) -> None:
+        for slot in [s for s in self._active if s.task.job.cancelled.is_set()]:
+            self._retire(slot)
+
+    def _step(self) -> None:
+        """One decode step for the generating sequences, then one prefill chunk.
+
+        They are two llama_decode calls, not one mixed batch: mixing a prompt chunk into the
+        decode batch changes the kernels that compute the decoding rows, and greedy output would
+        no longer match a lone request's token for token.
+        """
+        generating = [s for s in self._active if s.token is not None]
+        filling = next((s for s in self._active if s.token is None), None)
+        try:
+            if generating:
+                self._ctx.decode(
+                    [
+                        (s.token, len(s.prompt) + s.out.produced - 1, s.seq, True)
+                        for s in generating
+                        if s.token is not None
+                    ]
+                )
+                for index, slot in enumerate(generating):
+                    self._advance(slot, self._ctx.sample(slot.sampler, index))
+            if filling is not None:
+                self._prefill_chunk(filling)
+        except Exception as exc:
+            for slot in list(self._active):
+                self._retire(slot, error=exc)
+
+    def _prefill_chunk(self, slot: _Slot) -> None:
+        end = min(len(slot.prompt), slot.cursor + self._ctx.settings.n_batch)
+        last = len(slot.prompt) - 1
+        self._ctx.decode(
+            [(slot.prompt[p], p, slot.seq, p == last) for p in range(slot.cursor, end)]
+        )
+        self._after_prefill_chunk(slot, end, end - slot.cursor - 1)
+
+    def _after_prefill_chunk(self, slot: _Slot, chunk_end: int, last_index: int) -> None:
+        slot.cursor = chunk_end
+        if chunk_end < len(slot.prompt):
+            return
+        token = self._ctx.sample(slot.sampler, last_index)
+        prefill_ms = (time.perf_counter() - slot.admitted) * 1000
+        slot.stats = StageStats(self._device, self._device, prefill_ms)
+        if self._cache is not None:
+            self._cache.keep(slot.prompt, slot.seq)
+        slot.decode_start = time.perf_counter()
+        slot.token = token
+        text = slot.out.push(token)
+        slot.task.send(Delta(text, stats=slot.stats, cached_tokens=slot.reused))
+        if slot.out.finish is not None:
+            self._retire(slot)
+
+    def _advance(self, slot: _Slot, token: int) -> None:
+        slot.token = token
+        text = slot.out.push(token)
+        if text:
+            slot.task.send(Delta(text))
+        if slot.out.finish is not None:
+            self._retire(slot)
+
+    def _retire(self, slot: _Slot, error: BaseException | None = None) -> None:
+        # The slot's cells stay until the slot is reused (`_start` forgets them): llama.cpp's
+        # attention is not bit-invariant to the cache's occupancy, and freeing cells under the
+        # other streams could flip a near-tie greedy token of theirs.
+        self._active.remove(slot)
+        slot.sampler.close()
+        with self._cond:
+            self._free.append(slot.seq)
+        if error is not None:
+            slot.task.fail(error)
+            return
+        stats = slot.stats or StageStats(
+            self._device, self._device, (time.perf_counter() - slot.admitted) * 1000
+        )
+        decoded = max(slot.out.produced - 1, 0)
+        ms = (time.perf_counter() - slot.decode_start) * 1000 if slot.decode_start else 0.0
+        slot.task.finish(slot.out.final(replace(stats, decode_ms=ms, decode_tokens=decoded)))

@@ -1,0 +1,130 @@
+"""Continuous batching on one device, prefix reuse and the bounded priority queue, on SmolLM2."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engines import Delta, Engine, GenerationJob, create_engine
+from router import Device, OverloadedError, Placement, load_routes
+from tests.engines.test_hybrid import PROMPTS, collect, job_for, text_of
+
+REPO = Path(__file__).resolve().parents[2]
+CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
+SYSTEM = "You are a terse assistant for a bakery. " + " ".join(
+    f"Rule {n}: answer politely about bread number {n}." for n in range(30)
+)
+
+
+def load(**options: object) -> Engine:
+    routes = load_routes(REPO / "routes.yaml")
+    base = routes.config.models["smollm2"]
+    config = base.model_copy(
+        update={"context_length": 2048, "options": base.options.model_copy(update=options)}
+    )
+    engine = create_engine("smollm2", config, routes.base_dir, Placement(CPU, CPU))
+    engine.load()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    loaded = load(parallel=4)
+    yield loaded
+    asyncio.run(loaded.close())
+
+
+def test_streams_started_together_match_their_lone_outputs(engine: Engine) -> None:
+    alone = [text_of(asyncio.run(collect(engine, job_for(engine, p)))) for p in PROMPTS[:2]]
+
+    async def together() -> list[list[Delta]]:
+        jobs = [job_for(engine, p) for p in PROMPTS[:2]]
+        return list(await asyncio.gather(*(collect(engine, j) for j in jobs)))
+
+    assert [text_of(d) for d in asyncio.run(together())] == alone
+
+
+def test_each_request_keeps_its_own_limits_and_stops(engine: Engine) -> None:
+    reference = text_of(asyncio.run(collect(engine, job_for(engine, PROMPTS[1]))))
+    stop = reference.split()[3]
+    jobs = [
+        job_for(engine, PROMPTS[1], max_tokens=3),
+        job_for(engine, PROMPTS[1], stop=(stop,)),
+        job_for(engine, PROMPTS[0], max_tokens=5),
+        job_for(engine, "Count to ten.", max_tokens=7),
+    ]
+
+    async def run() -> list[list[Delta]]:
+        return list(await asyncio.gather(*(collect(engine, j) for j in jobs)))
+
+    limited, stopped, short, counted = asyncio.run(run())
+    assert (limited[-1].completion_tokens, limited[-1].finish_reason) == (3, "length")
+    assert text_of(stopped) == reference[: reference.index(stop)]
+    assert stopped[-1].finish_reason == "stop"
+    assert short[-1].completion_tokens <= 5
+    assert (counted[-1].completion_tokens, counted[-1].finish_reason) == (7, "length")
+
+
+def chat_job(engine: Engine, question: str) -> GenerationJob:
+    prompt = engine.render_chat(
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    )
+    return dataclasses.replace(
+        job_for(engine, "x", max_tokens=8),
+        prompt_tokens=tuple(engine.tokenize(prompt, add_special=False)),
+    )
+
+
+def test_a_shared_system_prompt_is_prefilled_once(engine: Engine) -> None:
+    cold = asyncio.run(collect(engine, chat_job(engine, "Do you sell rye?")))
+    warm_job = chat_job(engine, "Do you sell spelt?")
+    warm = asyncio.run(collect(engine, warm_job))
+    assert cold[0].cached_tokens == 0
+    shared = len(
+        engine.tokenize(
+            engine.render_chat([{"role": "system", "content": SYSTEM}]), add_special=False
+        )
+    )
+    assert shared - 8 <= warm[0].cached_tokens < len(warm_job.prompt_tokens)
+    assert warm[-1].completion_tokens >= 1
+
+
+def test_a_full_queue_refuses_with_retry_after_and_priority_orders_admission() -> None:
+    engine = load(parallel=1, max_queue=2, prefix_cache_tokens=0)
+    order: list[str] = []
+
+    async def run(name: str, job: GenerationJob) -> None:
+        async for delta in engine.stream(job):
+            if delta.completion_tokens or delta.text:
+                order.append(name)
+                break
+
+    async def scenario() -> OverloadedError:
+        busy = engine.stream(job_for(engine, "Tell a long story.", max_tokens=64))
+        await anext(busy)  # the only slot is taken
+        low = asyncio.create_task(run("low", job_for(engine, "Hi", max_tokens=2)))
+        await asyncio.sleep(0.05)
+        high = asyncio.create_task(
+            run("high", dataclasses.replace(job_for(engine, "Hi", max_tokens=2), priority=5))
+        )
+        await asyncio.sleep(0.05)
+        with pytest.raises(OverloadedError) as refused:
+            engine.stream(job_for(engine, "Hi", max_tokens=2))
+        async for _ in busy:
+            pass
+        await asyncio.gather(low, high)
+        return refused.value
+
+    refused = asyncio.run(scenario())
+    asyncio.run(engine.close())
+    assert refused.status_code == 429
+    assert refused.headers() == {"retry-after": "1"}
+    assert refused.message == (
+        "the model's queue is full (2 requests waiting): retry shortly, or raise "
+        "options.max_queue in routes.yaml"
+    )
+    assert order == ["high", "low"]
