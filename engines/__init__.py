@@ -1,4 +1,4 @@
-"""Engines that run models in process, behind one interface.
+"""Engines that run models in process, behind one interface: llama.cpp and ONNX Runtime GenAI.
 
 `create_engine` builds the engine a model's `engine:` key names; heavy libraries are imported
 only when a model is loaded, and a missing one fails with the command to install it.
@@ -19,6 +19,7 @@ from engines._base import (
 )
 from engines._devices import detect_devices
 from engines._llamacpp import LlamaCppEngine
+from engines._onnx_genai import OnnxGenaiEngine
 from engines._sources import ModelFileMissingError, resolve_source
 from engines._stops import StopMatcher
 from router import ModelConfig
@@ -39,6 +40,7 @@ __all__ = [
 
 
 register_engine(LlamaCppEngine.name, LlamaCppEngine)
+register_engine(OnnxGenaiEngine.name, OnnxGenaiEngine)
 
 
 def create_engine(model_id: str, config: ModelConfig, base_dir: Path, device: str) -> Engine:
