@@ -9,7 +9,6 @@ names, because there the prefill/decode split belongs to the model.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,6 @@ from router import EngineError, OnnxGenaiModel, ServiceUnavailableError
 
 __all__ = ["OnnxGenaiEngine"]
 
-log = logging.getLogger("zest.engines")
 _INSTALL = "make install (or: pip install onnxruntime-genai==0.18.0)"
 _GENAI_CONFIG = "genai_config.json"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engines import Engine, create_engine, resolve_source
+from engines import resolve_source
+from engines._onnx_genai import OnnxGenaiEngine
 from engines.convert import MODEL_NAME
 from router import EngineError, OnnxGenaiModel, ServiceUnavailableError
 from tests.engines.conftest import collect, completion_job, job_for, text_of
@@ -16,28 +17,28 @@ from tests.engines.conftest import collect, completion_job, job_for, text_of
 SOURCE = f"cache:{MODEL_NAME}"
 
 
-def onnx_engine(device: str = "cpu", source: str = SOURCE, **fields: object) -> Engine:
+def onnx_engine(device: str = "cpu", source: str = SOURCE, **fields: object) -> OnnxGenaiEngine:
     config = OnnxGenaiModel(engine="onnx-genai", source=source, **fields)  # type: ignore[arg-type]
-    return create_engine("smol", config, Path.cwd(), device)
+    return OnnxGenaiEngine("smol", config, Path.cwd(), device)
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
+def engine() -> Iterator[OnnxGenaiEngine]:
     loaded = onnx_engine(options={"n_threads": 2})
     loaded.load()
     yield loaded
     asyncio.run(loaded.close())
 
 
-def test_load_reports_provider_threads_and_the_model_context(engine: Engine) -> None:
-    info = engine.info()  # type: ignore[attr-defined]
+def test_load_reports_provider_threads_and_the_model_context(engine: OnnxGenaiEngine) -> None:
+    info = engine.info()
     assert info.engine == "onnx-genai"
     assert info.backend == "onnxruntime-genai 0.18.0 (CPUExecutionProvider, 2 threads)"
     assert info.context_length == 8192  # from genai_config.json
     assert info.source == str(resolve_source(SOURCE, Path.cwd()))
 
 
-def test_a_foreign_error_becomes_an_engine_error_with_its_cause(engine: Engine) -> None:
+def test_a_foreign_error_becomes_an_engine_error_with_its_cause(engine: OnnxGenaiEngine) -> None:
     too_long = job_for(engine, "Hi", prompt_tokens=(5,) * 8193, max_tokens=1)
     with pytest.raises(EngineError) as info:
         collect(engine, too_long)
@@ -49,7 +50,7 @@ def test_a_foreign_error_becomes_an_engine_error_with_its_cause(engine: Engine) 
 
 
 def test_tokens_outside_the_vocabulary_are_refused_before_onnx_runtime_reads_them(
-    engine: Engine,
+    engine: OnnxGenaiEngine,
 ) -> None:
     with pytest.raises(EngineError) as info:
         collect(engine, job_for(engine, "Hi", prompt_tokens=(1, 49152)))
@@ -58,7 +59,7 @@ def test_tokens_outside_the_vocabulary_are_refused_before_onnx_runtime_reads_the
     )
 
 
-def test_sampling_differs_from_greedy_and_seeds_differ(engine: Engine) -> None:
+def test_sampling_differs_from_greedy_and_seeds_differ(engine: OnnxGenaiEngine) -> None:
     def text(**overrides: object) -> str:
         return text_of(
             collect(engine, job_for(engine, "Tell a story.", max_tokens=24, **overrides))
