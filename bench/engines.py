@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -187,12 +188,15 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     engines = load_engines(args.threads)
+    load_before = os.getloadavg()[0]
     try:
         runs = asyncio.run(bench(engines, args.rounds, args.max_tokens))
     finally:
         for engine in engines.values():
             asyncio.run(engine.close())
     print(report(runs, args.rounds))
+    # Other work on a shared machine shows here: read the figures in its light.
+    print(f"\nload average (1 min) before/after: {load_before:.2f}/{os.getloadavg()[0]:.2f}")
     return 0
 
 
