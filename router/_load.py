@@ -15,11 +15,14 @@ from pydantic_core import ErrorDetails
 
 from router._errors import ConfigError
 from router._placement import parse_device
-from router._schema import ENGINES, LlamaCppModel, RoutesFile
+from router._schema import ENGINES, LlamaCppModel, OnnxGenaiModel, RoutesFile
 
 __all__ = ["LoadedRoutes", "load_routes", "parse_routes"]
 
-_ENGINE_MODELS: dict[str, type[BaseModel]] = {"llamacpp": LlamaCppModel}
+_ENGINE_MODELS: dict[str, type[BaseModel]] = {
+    "llamacpp": LlamaCppModel,
+    "onnx-genai": OnnxGenaiModel,
+}
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ def plan_route(
     if wanted is None:
         _plan_auto(planner, prompt_tokens, can_split)
     else:
-        _plan_pinned(planner, wanted, can_split)
+        _plan_pinned(planner, wanted)
     _plan_cpu_fallback(planner)
     if not planner.attempts:
         raise _no_device_error(planner)
@@ -131,7 +131,7 @@ def _plan_auto(p: _Planner, prompt_tokens: int, can_split: bool) -> None:
     p.add(best, best, f"auto: {why}; shortest queue, fastest first (queued: {queues})")
 
 
-def _plan_pinned(p: _Planner, wanted: tuple[str, str], can_split: bool) -> None:
+def _plan_pinned(p: _Planner, wanted: tuple[str, str]) -> None:
     names = dict.fromkeys(wanted)
     missing = [d for d in names if d not in p.usable]
     if "cpu" in names and not p.route.allow_cpu:
@@ -141,9 +141,7 @@ def _plan_pinned(p: _Planner, wanted: tuple[str, str], can_split: bool) -> None:
         p.removed.append(
             f"{p.route.device}: {' and '.join(missing)} {verb} not available (found: {p.found})"
         )
-    elif wanted[0] != wanted[1] and not can_split:
-        p.removed.append(f"{p.route.device}: the model's engine cannot split prefill and decode")
-    else:
+    else:  # a pinned split goes to the engine even when auto would not split for it
         p.add(wanted[0], wanted[1], f"device {p.route.device} pinned by the route")
 
 

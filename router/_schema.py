@@ -15,6 +15,8 @@ __all__ = [
     "LlamaCppModel",
     "LlamaCppOptions",
     "ModelConfig",
+    "OnnxGenaiModel",
+    "OnnxGenaiOptions",
     "RouteConfig",
     "RoutesFile",
     "Sampling",
@@ -27,7 +29,9 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SOURCE_PATTERNS = {
     "pkg": re.compile(r"^pkg:[A-Za-z0-9._-]+/.+$"),
     "hf": re.compile(r"^hf:[A-Za-z0-9._-]+/[A-Za-z0-9._-]+/.+$"),
+    "cache": re.compile(r"^cache:[A-Za-z0-9][A-Za-z0-9._-]*$"),
 }
+SOURCE_FORMS = {"pkg": "pkg:DISTRIBUTION/FILE", "hf": "hf:ORG/REPO/FILE", "cache": "cache:NAME"}
 
 
 class _Strict(BaseModel):
@@ -52,11 +56,11 @@ class LlamaCppOptions(_Strict):
     max_queue: int = Field(default=64, ge=0)
 
 
-class LlamaCppModel(_Strict):
-    engine: Literal["llamacpp"]
+class _ModelBase(_Strict):
+    """What every engine's model entry has: where the model is and how much context it gets."""
+
     source: str
     context_length: int | None = Field(default=None, ge=16, le=1_048_576)
-    options: LlamaCppOptions = LlamaCppOptions()
 
     @field_validator("source")
     @classmethod
@@ -64,16 +68,34 @@ class LlamaCppModel(_Strict):
         scheme, sep, _ = source.partition(":")
         pattern = SOURCE_PATTERNS.get(scheme) if sep else None
         if pattern is not None and not pattern.match(source):
-            forms = {"pkg": "pkg:DISTRIBUTION/FILE", "hf": "hf:ORG/REPO/FILE"}
-            raise ValueError(f"malformed source {source!r}: write it as {forms[scheme]}")
+            raise ValueError(f"malformed source {source!r}: write it as {SOURCE_FORMS[scheme]}")
         if not source.strip():
             raise ValueError("empty source: give a file path, pkg:DIST/FILE or hf:ORG/REPO/FILE")
         return source
 
 
+class LlamaCppModel(_ModelBase):
+    engine: Literal["llamacpp"]
+    options: LlamaCppOptions = LlamaCppOptions()
+
+
+class OnnxGenaiOptions(_Strict):
+    """Options handed to ONNX Runtime GenAI when the model is loaded."""
+
+    # Intra-op threads of the ONNX Runtime session (default: its own choice, half the cores).
+    n_threads: int | None = Field(default=None, ge=1, le=512)
+    # Extra options for the execution provider the route's device selects, e.g. device_id.
+    provider_options: dict[str, str] = Field(default_factory=dict)
+
+
+class OnnxGenaiModel(_ModelBase):
+    engine: Literal["onnx-genai"]
+    options: OnnxGenaiOptions = OnnxGenaiOptions()
+
+
 # One entry per engine; `engine` is the discriminator. Later engines join this union.
-ModelConfig = Annotated[LlamaCppModel, Field(discriminator="engine")]
-ENGINES: tuple[str, ...] = ("llamacpp",)
+ModelConfig = Annotated[LlamaCppModel | OnnxGenaiModel, Field(discriminator="engine")]
+ENGINES: tuple[str, ...] = ("llamacpp", "onnx-genai")
 
 
 class Sampling(_Strict):

@@ -129,7 +129,7 @@ def test_system_info_reports_devices_and_how_they_were_found(emulated: Server) -
     assert set(devices) == {"cpu", "npu", "gpu"}
     assert devices["cpu"]["emulated"] is False
     assert devices["cpu"]["detected_by"].startswith("/proc/cpuinfo")
-    assert devices["cpu"]["engines"] == ["llamacpp"]
+    assert devices["cpu"]["engines"] == ["llamacpp", "onnx-genai"]
     for name in ("npu", "gpu"):
         assert devices[name] == {
             "name": name,

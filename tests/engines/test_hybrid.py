@@ -141,5 +141,8 @@ def test_cancel_during_hybrid_decode(engines: tuple[Engine, Engine]) -> None:
 
     seen = asyncio.run(cancel_after_three())
     assert seen[-1].finish_reason == "cancelled"
-    assert seen[-1].completion_tokens <= 4
+    # The worker may have run ahead of this consumer before the flag was set, but not further
+    # than one token past what it had already sent.
+    sent = sum(1 for delta in seen if delta.text)
+    assert seen[-1].completion_tokens <= sent + 1 < 300
     assert run(hybrid, job_for(hybrid, "Hi", max_tokens=3))[-1].completion_tokens == 3

@@ -33,8 +33,8 @@ def test_the_cpu_is_always_there_with_its_isa(tmp_path: Path) -> None:
     inventory = detect_inventory(root=root_with(tmp_path))
     cpu = inventory.devices["cpu"]
     assert cpu.detail == f"Test CPU 9000, {os.cpu_count()} cores, avx avx2 fma avx512f amx_tile"
-    assert cpu.detected_by == "/proc/cpuinfo"
-    assert cpu.engines == frozenset({"llamacpp"})
+    assert cpu.detected_by == "/proc/cpuinfo, onnxruntime providers"
+    assert cpu.engines == frozenset({"llamacpp", "onnx-genai"})
     assert not cpu.emulated
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from router import ConfigError, load_routes, parse_routes
+from router import ConfigError, OnnxGenaiOptions, load_routes, parse_routes
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -67,13 +67,14 @@ def test_an_unknown_model_reference_lists_the_known_models() -> None:
 
 def test_an_unknown_engine_lists_the_known_engines() -> None:
     assert problems(VALID.replace("engine: llamacpp", "engine: llama")) == [
-        "routes.yaml: models.smollm2: unknown engine 'llama' (known: llamacpp)"
+        "routes.yaml: models.smollm2: unknown engine 'llama' (known: llamacpp, onnx-genai)"
     ]
 
 
 def test_a_missing_engine_key() -> None:
     assert problems(VALID.replace("engine: llamacpp, ", "")) == [
-        "routes.yaml: models.smollm2: missing required key 'engine' (known engines: llamacpp)"
+        "routes.yaml: models.smollm2: missing required key 'engine' "
+        "(known engines: llamacpp, onnx-genai)"
     ]
 
 
@@ -97,6 +98,7 @@ def test_every_problem_is_reported_at_once() -> None:
     [
         ("pkg:foo", "malformed source 'pkg:foo': write it as pkg:DISTRIBUTION/FILE"),
         ("hf:org/file.gguf", "malformed source 'hf:org/file.gguf': write it as hf:ORG/REPO/FILE"),
+        ("cache:a/b", "malformed source 'cache:a/b': write it as cache:NAME"),
         ("' '", "empty source: give a file path, pkg:DIST/FILE or hf:ORG/REPO/FILE"),
     ],
 )
@@ -202,4 +204,53 @@ def test_on_failure_takes_two_values() -> None:
     assert problems(text) == [
         "routes.yaml: routes.chat.on_failure: invalid value 'retry' "
         "(expected one of: next, return_error)"
+    ]
+
+
+ONNX = VALID.replace("engine: llamacpp, source: m.gguf", "engine: onnx-genai, source: cache:m")
+
+
+def test_an_onnx_genai_model_takes_the_documented_defaults() -> None:
+    model = parse_routes(ONNX, "routes.yaml").models["smollm2"]
+    assert model.engine == "onnx-genai"
+    assert (model.source, model.context_length) == ("cache:m", None)
+    assert model.options == OnnxGenaiOptions(n_threads=None, provider_options={})
+
+
+def test_onnx_genai_options_are_read() -> None:
+    options = "{n_threads: 2, provider_options: {device_id: '1'}}"
+    text = ONNX.replace("source: cache:m}", f"source: m, options: {options}}}")
+    options = parse_routes(text, "routes.yaml").models["smollm2"].options
+    assert options == OnnxGenaiOptions(n_threads=2, provider_options={"device_id": "1"})
+
+
+def test_a_llamacpp_option_under_an_onnx_genai_model_lists_the_onnx_options() -> None:
+    text = ONNX.replace("source: cache:m}", "source: cache:m, options: {n_batch: 64}}")
+    assert problems(text) == [
+        "routes.yaml: models.smollm2.options.n_batch: unknown key 'n_batch' "
+        "(allowed: n_threads, provider_options)"
+    ]
+
+
+def test_a_misspelt_onnx_genai_option_suggests_the_right_one() -> None:
+    text = ONNX.replace("source: cache:m}", "source: cache:m, options: {n_thread: 2}}")
+    assert problems(text) == [
+        "routes.yaml: models.smollm2.options.n_thread: unknown key 'n_thread': "
+        "did you mean 'n_threads'? (allowed: n_threads, provider_options)"
+    ]
+
+
+def test_an_unknown_key_of_an_onnx_genai_model_lists_its_keys() -> None:
+    text = ONNX.replace("source: cache:m}", "source: cache:m, sauce: x}")
+    assert problems(text) == [
+        "routes.yaml: models.smollm2.sauce: unknown key 'sauce': did you mean 'source'? "
+        "(allowed: context_length, engine, options, source)"
+    ]
+
+
+def test_provider_option_values_must_be_strings() -> None:
+    text = ONNX.replace("source: cache:m}", "source: cache:m, options: {provider_options: {a: 1}}}")
+    assert problems(text) == [
+        "routes.yaml: models.smollm2.options.provider_options.a: "
+        "input should be a valid string, got 1"
     ]

@@ -1,0 +1,274 @@
+"""The ONNX Runtime GenAI engine, in process through onnxruntime-genai.
+
+A model is a folder with genai_config.json, the ONNX graph and the tokenizer (`python -m
+engines.convert` makes one from the bundled SmolLM2). The route's device picks the execution
+providers (engines._providers); an AMD hybrid model keeps the providers its genai_config.json
+names, because there the prefill/decode split belongs to the model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+from engines._base import Delta, Engine, EngineInfo, FinishReason, GenerationJob, Message
+from engines._providers import (
+    CPU,
+    HybridSplit,
+    Provider,
+    found_providers,
+    hybrid_split,
+    select_providers,
+)
+from engines._sources import ModelFileMissingError, resolve_source
+from engines._stops import StopMatcher
+from engines._worker import GenerationWorker
+from router import EngineError, OnnxGenaiModel, Placement, ServiceUnavailableError
+
+__all__ = ["OnnxGenaiEngine"]
+
+_INSTALL = "make install (or: pip install onnxruntime-genai==0.18.0)"
+_GENAI_CONFIG = "genai_config.json"
+
+
+def _import_og() -> Any:
+    try:
+        import onnxruntime_genai
+    except ImportError as exc:
+        raise ServiceUnavailableError(
+            f"onnxruntime-genai is not installed: run {_INSTALL}", code="engine_not_installed"
+        ) from exc
+    return onnxruntime_genai
+
+
+class OnnxGenaiEngine(Engine):
+    name = "onnx-genai"
+
+    def __init__(
+        self, model_id: str, config: OnnxGenaiModel, base_dir: Path, placement: Placement
+    ) -> None:
+        self.model_id, self.config, self.placement = model_id, config, placement
+        self.device = placement.key  # cpu, gpu, npu, or npu->gpu
+        self._dir = _model_dir(resolve_source(config.source, base_dir), config.source)
+        self._og: Any = None
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._plain_tokenizer: Any = None  # the same tokenizer, adding no special tokens
+        self._worker: GenerationWorker | None = None
+        self._context, self._vocab_size = config.context_length or 0, 0
+        self._eos: frozenset[int] = frozenset()
+        self._backend = ""
+
+    def load(self) -> EngineInfo:
+        og = self._og = _import_og()
+        genai = _read_genai_config(self._dir, self.model_id)
+        self._context = self._context_length(genai)
+        self._vocab_size = int(_model_section(genai).get("vocab_size", 0))
+        split = hybrid_split(genai)
+        providers = self._providers(og, split)
+        try:
+            self._model = og.Model(self._og_config(og, providers, split))
+            self._tokenizer = og.Tokenizer(self._model)
+            self._plain_tokenizer = og.Tokenizer(self._model)
+            self._plain_tokenizer.update_options(add_special_tokens="false")
+        except RuntimeError as exc:
+            raise EngineError(
+                f"model {self.model_id!r}: onnxruntime-genai could not load {self._dir}: {exc}"
+            ) from exc
+        self._eos = frozenset(int(token) for token in self._tokenizer.eos_token_ids)
+        self._backend = _backend(og.__version__, providers, split, self.config.options.n_threads)
+        self._worker = GenerationWorker(self.model_id, self._generate)
+        return self.info()
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(
+            engine=self.name,
+            model=self.model_id,
+            device=self.placement.label,
+            backend=self._backend or "onnxruntime-genai (not loaded)",
+            context_length=self._context,
+            source=str(self._dir),
+        )
+
+    def render_chat(self, messages: list[Message]) -> str:
+        try:
+            prompt = self._tokenizer.apply_chat_template(
+                json.dumps(messages), add_generation_prompt=True
+            )
+        except RuntimeError as exc:  # "Empty chat template." when the folder has none
+            raise EngineError(
+                f"model {self.model_id!r} has no usable chat template ({exc}): "
+                "use a completion route"
+            ) from exc
+        return str(prompt)
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        tokenizer = self._tokenizer if add_special else self._plain_tokenizer
+        return [int(token) for token in tokenizer.encode(text)]
+
+    def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+        if self._worker is None:
+            raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
+        return self._worker.stream(job)
+
+    def pending(self) -> int:
+        return self._worker.pending.value if self._worker else 0
+
+    async def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+        # Dropping the last references frees the ONNX Runtime sessions and their memory.
+        self._worker = self._model = self._tokenizer = self._plain_tokenizer = None
+
+    # --- loading ---------------------------------------------------------------------------------
+
+    def _context_length(self, genai: dict[str, Any]) -> int:
+        built = int(_model_section(genai).get("context_length", 0))
+        wanted = self.config.context_length
+        if wanted is not None and built and wanted > built:
+            # The graph's rotary tables stop at `built` positions: more would read past them.
+            raise EngineError(
+                f"model {self.model_id!r}: context_length {wanted} is more than the {built} "
+                f"tokens the model was built for ({self._dir / _GENAI_CONFIG}): "
+                "lower it or remove the key"
+            )
+        return wanted or built
+
+    def _providers(self, og: Any, split: HybridSplit | None) -> tuple[Provider, ...]:
+        if split is not None and self.device != split.device:
+            raise ServiceUnavailableError(
+                f"model {self.model_id!r} is a hybrid model ({split.evidence} in "
+                f"{_GENAI_CONFIG}): it runs only with prefill on the {split.prefill} and decode "
+                f"on the {split.decode} (device hybrid), not on {self.device!r}",
+                code="device_unavailable",
+            )
+        if split is None and self.device == "npu->gpu":
+            raise ServiceUnavailableError(
+                f"model {self.model_id!r} declares no prefill/decode split in its "
+                f"{_GENAI_CONFIG}: device hybrid needs a hybrid model (such as AMD's Ryzen AI "
+                "hybrid models); route this one to cpu, gpu or npu",
+                code="device_unavailable",
+            )
+        providers = select_providers(self.model_id, self.device, found_providers(og))
+        if self.config.options.provider_options and (split or providers == (CPU,)):
+            raise EngineError(
+                f"model {self.model_id!r}: options.provider_options apply to the gpu or npu "
+                f"provider a route's device selects; device {self.device!r} takes none: "
+                "remove them"
+            )
+        return providers
+
+    def _og_config(
+        self, og: Any, providers: tuple[Provider, ...], split: HybridSplit | None
+    ) -> Any:
+        config = og.Config(str(self._dir))
+        if split is None:  # a hybrid model's providers are part of the model: keep them
+            config.clear_providers()  # no provider left means the CPU
+            for provider in providers:
+                self._append_provider(config, provider)
+        threads = self.config.options.n_threads
+        if threads:
+            session = {"intra_op_num_threads": threads}
+            config.overlay(json.dumps({"model": {"decoder": {"session_options": session}}}))
+        return config
+
+    def _append_provider(self, config: Any, provider: Provider) -> None:
+        if provider == CPU:
+            return
+        config.append_provider(provider.genai_name)
+        for key, value in (*provider.options, *self.config.options.provider_options.items()):
+            config.set_provider_option(provider.genai_name, key, value)
+
+    # --- runs on the worker thread -------------------------------------------------------------
+
+    def _generate(self, job: GenerationJob) -> Iterator[Delta]:
+        self._check_prompt(job.prompt_tokens)
+        params = self._og.GeneratorParams(self._model)
+        params.set_search_options(**_search_options(job, self._context))
+        generator = self._og.Generator(self._model, params)
+        generator.append_tokens(list(job.prompt_tokens))  # the prefill
+        stops, produced = StopMatcher(job.stop), 0
+        finish: FinishReason = "length"
+        decoder = self._tokenizer.create_stream()
+        while produced < job.max_tokens and not generator.is_done():
+            if job.cancelled.is_set():
+                finish = "cancelled"
+                break
+            generator.generate_next_token()
+            token = int(generator.get_next_tokens()[0])
+            if token in self._eos:
+                finish = "stop"
+                break
+            produced += 1
+            text = stops.feed(decoder.decode(token))
+            if text:
+                yield Delta(text)
+            if stops.stopped:
+                finish = "stop"
+                break
+        yield Delta(stops.flush(), finish_reason=finish, completion_tokens=produced)
+
+    def _check_prompt(self, tokens: tuple[int, ...]) -> None:
+        # onnxruntime-genai reads embeddings of out-of-range ids without checking them.
+        bad = next((t for t in tokens if not 0 <= t < self._vocab_size), None)
+        if self._vocab_size and bad is not None:
+            raise EngineError(
+                f"model {self.model_id!r}: prompt token {bad} is outside the vocabulary "
+                f"(0..{self._vocab_size - 1})"
+            )
+
+
+def _search_options(job: GenerationJob, context: int) -> dict[str, Any]:
+    # min_p, frequency_penalty and presence_penalty have no onnxruntime-genai equivalent.
+    options: dict[str, Any] = {
+        # Sized per job: the KV cache is allocated for max_length up front.
+        "max_length": min(len(job.prompt_tokens) + job.max_tokens, context),
+        "do_sample": job.temperature > 0,
+        "top_p": job.top_p,
+        "top_k": job.top_k,  # 0 disables top-k, as in llama.cpp
+        "repetition_penalty": job.repeat_penalty,
+    }
+    if job.temperature > 0:
+        options["temperature"] = job.temperature
+    if job.seed is not None:
+        options["random_seed"] = job.seed
+    return options
+
+
+def _model_dir(path: Path, source: str) -> Path:
+    """The model folder: `source` names it, or its genai_config.json (pkg: sources name files)."""
+    folder = path.parent if path.is_file() else path
+    if not (folder / _GENAI_CONFIG).is_file():
+        raise ModelFileMissingError(
+            f"model {source}: {folder} has no {_GENAI_CONFIG}: point source at an ONNX Runtime "
+            "GenAI model folder (`python -m engines.convert` makes one from the bundled SmolLM2)"
+        )
+    return folder
+
+
+def _read_genai_config(folder: Path, model_id: str) -> dict[str, Any]:
+    path = folder / _GENAI_CONFIG
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"model {model_id!r}: cannot read {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise EngineError(f"model {model_id!r}: {path} is not a JSON object")
+    return data
+
+
+def _model_section(genai: dict[str, Any]) -> dict[str, Any]:
+    section = genai.get("model")
+    return section if isinstance(section, dict) else {}
+
+
+def _backend(
+    version: str, providers: tuple[Provider, ...], split: HybridSplit | None, threads: int | None
+) -> str:
+    names = " + ".join(p.ort_name for p in providers)
+    if split is not None:
+        where = f"prefill {split.prefill} -> decode {split.decode}"
+        return f"onnxruntime-genai {version} (hybrid: {where}; {names})"
+    return f"onnxruntime-genai {version} ({names}, {threads or 'default'} threads)"

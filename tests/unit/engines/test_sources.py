@@ -1,0 +1,40 @@
+"""cache:NAME sources: zest's own cache folder, found through ZEST_CACHE like the Makefile does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engines import ModelFileMissingError, resolve_source
+
+
+def test_a_cache_source_is_a_folder_under_zest_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ZEST_CACHE", str(tmp_path))
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    assert resolve_source("cache:m", Path("/elsewhere")) == tmp_path / "models" / "m"
+
+
+def test_without_zest_cache_the_xdg_cache_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ZEST_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (tmp_path / "zest" / "models" / "m").mkdir(parents=True)
+    assert resolve_source("cache:m", Path("/elsewhere")) == tmp_path / "zest" / "models" / "m"
+
+
+def test_a_missing_cache_entry_says_how_to_make_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ZEST_CACHE", str(tmp_path))
+    with pytest.raises(ModelFileMissingError) as info:
+        resolve_source("cache:m", Path("/elsewhere"))
+    assert str(info.value) == (
+        f"model cache:m: not in zest's cache ({tmp_path}/models/m): `make onnx-model` "
+        "(python -m engines.convert) puts the bundled SmolLM2 ONNX model there; "
+        "copy other models there or point source at their folder"
+    )
+    assert info.value.code == "model_not_available"
