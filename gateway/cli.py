@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gateway._settings import Settings
-from router import ConfigError, LoadedRoutes, ZestError, load_routes
+from router import ConfigError, LoadedRoutes, ModelConfig, RemoteModel, ZestError, load_routes
 
 __all__ = ["main"]
 
@@ -113,7 +113,7 @@ def _routes_table(loaded: LoadedRoutes) -> str:
                 model.engine,
                 route.device,
                 str(route.max_tokens),
-                model.source,
+                _source(model),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -121,6 +121,12 @@ def _routes_table(loaded: LoadedRoutes) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     )
+
+
+def _source(model: ModelConfig) -> str:
+    if isinstance(model, RemoteModel):
+        return f"{model.base_url} ({model.model})"
+    return model.source
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -6,11 +6,16 @@
         ├── BadRequestError         400 invalid_request_error
         │   └── ContextLengthExceededError   400 code=context_length_exceeded
         ├── UnknownTaskError        404 code=model_not_found
+        ├── UpstreamRejectedError   502 code=upstream_rejected (the upstream refused: auth, 404)
+        ├── GatewayTimeoutError     504 code=first_token_timeout | total_timeout
         └── ServiceUnavailableError 503 (model not loaded, engine not installed)
             ├── DeviceUnavailableError  no allowed device can serve the route
+            ├── OverloadedError     code=overloaded: the upstream answered 429/503 (retries spent)
+            ├── PrivacyError        code=privacy_forbidden: a remote engine refused the request
             └── EngineError         an engine failed while generating (foreign errors chained)
 
 Engines translate foreign exceptions at their boundary (`raise EngineError(...) from exc`).
+Which of these move a request on to its next attempt is policies._fallback's business.
 """
 
 from __future__ import annotations
@@ -21,9 +26,13 @@ __all__ = [
     "ContextLengthExceededError",
     "DeviceUnavailableError",
     "EngineError",
+    "GatewayTimeoutError",
+    "OverloadedError",
+    "PrivacyError",
     "RequestError",
     "ServiceUnavailableError",
     "UnknownTaskError",
+    "UpstreamRejectedError",
     "ZestError",
 ]
 
@@ -51,6 +60,8 @@ class RequestError(ZestError):
         self.message = message
         self.param = param
         self.code = code
+        # Response headers an error answer carries too (e.g. the fallbacks tried before it).
+        self.headers: dict[str, str] = {}
 
     def to_body(self) -> dict[str, dict[str, str | None]]:
         return {
@@ -95,3 +106,31 @@ class DeviceUnavailableError(ServiceUnavailableError):
 class EngineError(ServiceUnavailableError):
     status_code = 500
     error_type = "engine_error"
+
+
+class UpstreamRejectedError(RequestError):
+    """The upstream refused the request for a reason the client cannot fix (auth, not found)."""
+
+    status_code = 502
+    error_type = "upstream_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="upstream_rejected")
+
+
+class GatewayTimeoutError(RequestError):
+    status_code = 504
+    error_type = "timeout"
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message, code=code)
+
+
+class OverloadedError(ServiceUnavailableError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="overloaded")
+
+
+class PrivacyError(ServiceUnavailableError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="privacy_forbidden")
