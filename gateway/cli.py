@@ -74,7 +74,13 @@ def _explain(args: argparse.Namespace) -> int:
     settings = _settings(routes=args.routes)
     routes = load_routes(settings.routes)
     inventory = detect_inventory(settings.emulate_devices)
-    explained = explain_task(routes.config, inventory, args.task, args.prompt_tokens)
+    explained = explain_task(
+        routes.config,
+        inventory,
+        args.task,
+        args.prompt_tokens,
+        strict_privacy=settings.privacy == "strict",
+    )
     print(json.dumps(explained, indent=2) if args.json else format_explanation(explained))
     return 1 if "error" in explained else 0
 
@@ -142,7 +148,11 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
-    runtime = Runtime(load_routes(settings.routes), detect_inventory(settings.emulate_devices))
+    runtime = Runtime(
+        load_routes(settings.routes),
+        detect_inventory(settings.emulate_devices),
+        strict_privacy=settings.privacy == "strict",
+    )
     log.info("routes %s: %s", runtime.routes.path, ", ".join(runtime.routes.config.routes))
     for device in runtime.devices.values():
         log.info(
