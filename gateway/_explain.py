@@ -158,21 +158,22 @@ def format_explanation(explained: dict[str, Any]) -> str:
 
 
 def _policy_lines(explained: dict[str, Any]) -> list[str]:
-    """The route's policies, when any differs from the defaults (and strict privacy)."""
+    """The route's policies when any differs from the defaults, and strict privacy."""
     route, lines = explained["route"], []
     defaults = RouteConfig(kind=route["kind"], model=route["model"]).model_dump()
     if any(route[key] != defaults[key] for key in ("privacy", "context", "fallback", "timeouts")):
-        context, timeouts = route["context"], route["timeouts"]
-        chain = ", ".join(
-            f"{e['model']}" + (f" on {e['device']}" if e["device"] else "")
-            for e in route["fallback"]
-        )
-        lines.append(
-            f"policies: privacy {route['privacy']}; context max_prompt_tokens "
-            f"{context['max_prompt_tokens']}, on_overflow {context['on_overflow']}; timeouts "
-            f"first_token_s {timeouts['first_token_s']}, total_s {timeouts['total_s']}; "
-            f"fallback: {chain or 'none'}"
-        )
+        parts = [f"privacy {route['privacy']}"]
+        context = {k: v for k, v in route["context"].items() if v != defaults["context"][k]}
+        timeouts = {k: f"{v:g}" for k, v in route["timeouts"].items() if v is not None}
+        chain = [
+            e["model"] + (f" on {e['device']}" if e["device"] else "") for e in route["fallback"]
+        ]
+        for name, values in (("context", context), ("timeouts", timeouts)):
+            if values:
+                parts.append(f"{name}: " + ", ".join(f"{k} {v}" for k, v in values.items()))
+        if chain:
+            parts.append("fallback: " + ", ".join(chain))
+        lines.append("policies: " + "; ".join(parts))
     if explained["privacy_mode"] == "strict":
         lines.append(f"privacy: {STRICT_REASON}")
     return lines

@@ -302,6 +302,12 @@ def _substitute_cpu(p: _Planner, device: str) -> None:
 
 def _no_device_error(p: _Planner) -> DeviceUnavailableError:
     route, task = p.route, p.task
+    if p.traits.engine == REMOTE_ENGINE and not route.fallback:
+        return DeviceUnavailableError(
+            f"route {task!r} runs only on the remote model {route.model!r}, which is left out: "
+            f"{'; '.join(p.removed)}: add a local model to routes.{task}.fallback",
+            tuple(p.removed),
+        )
     if route.fallback:
         return DeviceUnavailableError(
             f"route {task!r}: no attempt can run here (found: {p.found}): "

@@ -328,9 +328,9 @@ def test_strict_privacy_on_a_remote_only_route_is_a_503_naming_the_policy() -> N
     with pytest.raises(DeviceUnavailableError) as info:
         chain(r, devices(CPU), strict_privacy=True)
     assert info.value.message == (
-        "route 't' needs device 'auto', which is not usable here (found: cpu), and no other "
-        "device that can run this model is allowed: declare the device (ZEST_EMULATE_DEVICES, "
-        "e.g. npu=cpu:1, for an emulated one) or change routes.t.device"
+        "route 't' runs only on the remote model 'upstream', which is left out: remote: "
+        "ZEST_PRIVACY=strict: no remote engine may be reached: add a local model to "
+        "routes.t.fallback"
     )
     assert info.value.removed == ("remote: ZEST_PRIVACY=strict: no remote engine may be reached",)
 
