@@ -73,7 +73,7 @@ class Generation:
             "x-zest-plan": self.attempt.reason,
         }
         if self.fallbacks:
-            headers["x-zest-fallbacks"] = " | ".join(self.fallbacks)
+            headers["x-zest-fallbacks"] = header_value(" | ".join(self.fallbacks))
         if self.trimmed is not None:
             headers["x-zest-trimmed"] = trimmed_header(self.trimmed)
         stats = self.final_stats or self.first.stats
@@ -130,6 +130,11 @@ def pipeline_header(stats: StageStats) -> str:
     if figures["decode_tokens_per_s"] is not None:
         decode += f" {figures['decode_tokens_per_s']}tok/s"
     return "; ".join([*parts, decode])
+
+
+def header_value(text: str) -> str:
+    """Text safe in a header: one line, ASCII (upstream error messages are quoted in it)."""
+    return " ".join(text.split()).encode("ascii", "replace").decode("ascii")
 
 
 def trimmed_header(trimmed: Trimmed) -> str:
@@ -208,7 +213,9 @@ class _Walk:
         line = f"{attempt.model} on {attempt.device}: {kind or 'error'}: {error.message}"
         if last or not may_advance(kind, self.plan.route):
             if self.fallbacks:  # the error answer lists every attempt tried, this one too
-                error.headers["x-zest-fallbacks"] = " | ".join([*self.fallbacks, line])
+                error.headers["x-zest-fallbacks"] = header_value(
+                    " | ".join([*self.fallbacks, line])
+                )
             raise error
         log.warning(
             "%s task=%s: %s on %s failed before the first token (%s), trying the next attempt",

@@ -155,10 +155,11 @@ class _Planner:
         self.attempts.append(attempt)
         self.skipped.clear()
 
-    def leave_out(self, spec: str, why: str) -> None:
-        """A candidate that cannot run: explain says why; the next attempt carries it too."""
+    def leave_out(self, spec: str, why: str, kind: str = "device unavailable") -> None:
+        """A candidate that cannot run: explain says why; the next attempt carries it too, in
+        the form of a failed attempt (`MODEL on DEVICE: KIND: WHY`)."""
         self.removed.append(f"{self.prefix}{spec}: {why}")
-        self.skipped.append(f"{self.model} on {spec}: {why}")
+        self.skipped.append(f"{self.model} on {spec}: {kind}: {why}")
         self.unplaced = True
 
     def queue(self, name: str) -> int:
@@ -206,10 +207,10 @@ def _place_remote(p: _Planner) -> bool | None:
     if p.traits.engine != REMOTE_ENGINE:
         return None
     if p.strict:
-        p.leave_out("remote", STRICT_REASON)
+        p.leave_out("remote", STRICT_REASON, "privacy")
         return False
     if p.route.privacy != "allow_remote":
-        p.leave_out("remote", f"route {p.task!r} is local_only")
+        p.leave_out("remote", f"route {p.task!r} is local_only", "privacy")
         return False
     p.add_placement(
         Placement(REMOTE_DEVICE, REMOTE_DEVICE), "remote model: an OpenAI-compatible upstream"
@@ -255,7 +256,7 @@ def _plan_pinned(p: _Planner, device: str, wanted: tuple[str, str]) -> None:
     names = dict.fromkeys(wanted)
     missing = [d for d in names if d not in p.usable]
     if "cpu" in names and not p.route.allow_cpu:
-        p.leave_out(device, "runs on cpu but allow_cpu is false")
+        p.leave_out(device, "runs on cpu but allow_cpu is false", "policy")
     elif missing:
         verb = "is" if len(missing) == 1 else "are"
         p.leave_out(device, f"{' and '.join(missing)} {verb} not available (found: {p.found})")

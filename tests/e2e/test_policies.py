@@ -167,11 +167,15 @@ def test_a_route_that_cannot_run_locally_falls_back_to_the_remote(
     assert reply.headers["x-zest-route"] == (
         "task=remote-fallback; model=upstream; device=remote; engine=remote"
     )
-    assert reply.headers["x-zest-fallbacks"] == "smollm2 on npu: npu is not available (found: cpu)"
+    assert reply.headers["x-zest-fallbacks"] == (
+        "smollm2 on npu: device unavailable: npu is not available (found: cpu)"
+    )
     assert reply.headers["x-zest-plan"] == "fallback 1: remote model: an OpenAI-compatible upstream"
     body = reply.json()
     assert body["choices"][0]["message"]["content"]
-    assert body["zest"]["fallbacks"] == ["smollm2 on npu: npu is not available (found: cpu)"]
+    assert body["zest"]["fallbacks"] == [
+        "smollm2 on npu: device unavailable: npu is not available (found: cpu)"
+    ]
     # llama_cpp.server streams no usage: the prompt count is zest's approximation, and says so
     assert body["zest"]["approximate_tokens"] is True
     assert [r.body["messages"] for r in proxy.requests] == [HELLO]
@@ -432,7 +436,7 @@ def test_strict_privacy_removes_remote_attempts_and_says_so(strict: Server, prox
     assert reply.status_code == 200, reply.text
     assert "model=smollm2; device=cpu;" in reply.headers["x-zest-route"]
     assert reply.headers["x-zest-fallbacks"] == (
-        "upstream on remote: ZEST_PRIVACY=strict: no remote engine may be reached"
+        "upstream on remote: privacy: ZEST_PRIVACY=strict: no remote engine may be reached"
     )
     only_remote = post(strict, "remote-chat", {"messages": HELLO})
     assert only_remote.status_code == 503

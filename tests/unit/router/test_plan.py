@@ -280,7 +280,9 @@ def test_an_unplaceable_route_gives_way_to_its_chain_and_says_so() -> None:
     result = chain(r, devices(CPU))
     [attempt] = result.attempts
     assert attempt.model == "upstream"
-    assert attempt.skipped == ("small on npu: npu is not available (found: cpu)",)
+    assert attempt.skipped == (
+        "small on npu: device unavailable: npu is not available (found: cpu)",
+    )
     assert result.removed == ("npu: npu is not available (found: cpu)",)
 
 
@@ -319,7 +321,7 @@ def test_strict_privacy_removes_every_remote_attempt() -> None:
         "fallback 1: remote: ZEST_PRIVACY=strict: no remote engine may be reached",
     )
     assert result.attempts[1].skipped == (
-        "upstream on remote: ZEST_PRIVACY=strict: no remote engine may be reached",
+        "upstream on remote: privacy: ZEST_PRIVACY=strict: no remote engine may be reached",
     )
 
 
