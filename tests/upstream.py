@@ -92,7 +92,8 @@ class Behaviour:
     retry_after: str | None = "1"
     status: int | None = None  # answer every request with this status instead of forwarding
     cut_after_events: int | None = None  # break the connection after this many SSE events
-    event_delay_s: float = 0.0  # wait before forwarding each SSE event
+    event_delay_s: float = 0.0  # wait before forwarding each SSE event...
+    delay_after_events: int = 0  # ...once this many went through at full speed
 
 
 @dataclass(frozen=True)
@@ -196,8 +197,9 @@ class Proxy:
                 if self.behaviour.cut_after_events == events:
                     # An abrupt end: the connection drops without the chunked terminator.
                     raise ConnectionAbortedError("the proxy cuts the stream here, on purpose")
+                if events >= self.behaviour.delay_after_events:
+                    await asyncio.sleep(self.behaviour.event_delay_s)
                 events += 1
-                await asyncio.sleep(self.behaviour.event_delay_s)
             chunk = (line + "\n").encode()
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})

@@ -109,7 +109,7 @@ routes:
     model: upstream
     privacy: allow_remote
     max_tokens: 40
-    timeouts: {{total_s: 6}}
+    timeouts: {{total_s: 8}}
 """
 MARKER = "ZEST-PRIVATE-MARKER-7f3a"
 LONG = "The quick brown fox jumps over the lazy dog near the river bank. " * 30
@@ -286,13 +286,15 @@ def test_a_stream_cut_upstream_raises_in_the_openai_client(zest: Server, proxy: 
 
 
 def test_the_total_timeout_ends_a_stream_with_an_error_event(zest: Server, proxy: Proxy) -> None:
-    proxy.behaviour.event_delay_s = 1.0  # 40 tokens would take 40 s; total_s is 6
+    # The first tokens come at once, the rest slowly: 40 tokens would take 70 s; total_s is 8.
+    proxy.behaviour.delay_after_events, proxy.behaviour.event_delay_s = 4, 2.0
     reply = post(zest, "slow-total", {"messages": HELLO, "stream": True})
     assert reply.status_code == 200
     payloads = events(reply)
+    assert any(json.loads(p)["choices"][0]["delta"].get("content") for p in payloads[:-1])
     assert json.loads(payloads[-1]) == {
         "error": {
-            "message": "route 'slow-total': the request took longer than timeouts.total_s (6s)",
+            "message": "route 'slow-total': the request took longer than timeouts.total_s (8s)",
             "type": "timeout",
             "param": None,
             "code": "total_timeout",
@@ -301,7 +303,7 @@ def test_the_total_timeout_ends_a_stream_with_an_error_event(zest: Server, proxy
 
 
 def test_the_total_timeout_is_a_504_for_a_plain_request(zest: Server, proxy: Proxy) -> None:
-    proxy.behaviour.event_delay_s = 1.0
+    proxy.behaviour.event_delay_s = 2.0
     reply = post(zest, "slow-total", {"messages": HELLO})
     assert reply.status_code == 504
     assert reply.json()["error"]["code"] == "total_timeout"
