@@ -141,9 +141,7 @@ class _Planner:
             None,
         )
         if duplicate is not None:
-            self.removed.append(
-                f"{self.prefix}{self.model} on {placement.label}: already attempt {duplicate}"
-            )
+            self.removed.append(f"{self.prefix}{placement.label}: already attempt {duplicate}")
             return
         attempt = Attempt(
             self.model,
@@ -192,7 +190,7 @@ def plan_route(
         _place_local(p, route.device)
         _plan_cpu_fallback(p)
     for number, entry in enumerate(route.fallback, 1):
-        p.start(entry.model, traits[entry.model], f"fallback {number}: ")
+        p.start(entry.model, traits[entry.model], f"fallback {number} ({entry.model}): ")
         if _place_remote(p) is None:
             _place_local(p, entry.device or "auto")
             if p.unplaced:

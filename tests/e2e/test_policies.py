@@ -170,7 +170,10 @@ def test_a_route_that_cannot_run_locally_falls_back_to_the_remote(
     assert reply.headers["x-zest-fallbacks"] == (
         "smollm2 on npu: device unavailable: npu is not available (found: cpu)"
     )
-    assert reply.headers["x-zest-plan"] == "fallback 1: remote model: an OpenAI-compatible upstream"
+    assert (
+        reply.headers["x-zest-plan"]
+        == "fallback 1 (upstream): remote model: an OpenAI-compatible upstream"
+    )
     body = reply.json()
     assert body["choices"][0]["message"]["content"]
     assert body["zest"]["fallbacks"] == [
@@ -477,6 +480,6 @@ def test_zest_explain_prints_the_policies_and_strict_privacy(routes_file: Path) 
     assert result.stdout.splitlines()[2:] == [
         "policies: privacy allow_remote; timeouts: first_token_s 5; fallback: smollm2 on cpu",
         "privacy: ZEST_PRIVACY=strict: no remote engine may be reached",
-        "attempt 1: smollm2 on cpu: fallback 1: device cpu pinned by the fallback entry",
+        "attempt 1: smollm2 on cpu: fallback 1 (smollm2): device cpu pinned by the fallback entry",
         "removed: remote: ZEST_PRIVACY=strict: no remote engine may be reached",
     ]

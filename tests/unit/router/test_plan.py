@@ -236,8 +236,13 @@ def test_the_chain_follows_the_route_and_its_cpu_fallback() -> None:
             "fallback to cpu if npu(emulated) fails before the first token "
             "(on_failure: next, allow_cpu: true)",
         ),
-        ("tiny", "cpu", "llamacpp", "fallback 1: device cpu pinned by the fallback entry"),
-        ("upstream", "remote", "remote", "fallback 2: remote model: an OpenAI-compatible upstream"),
+        ("tiny", "cpu", "llamacpp", "fallback 1 (tiny): device cpu pinned by the fallback entry"),
+        (
+            "upstream",
+            "remote",
+            "remote",
+            "fallback 2 (upstream): remote model: an OpenAI-compatible upstream",
+        ),
     ]
     assert result.attempts[3].remote
     assert result.attempts[3].placement.decode == REMOTE_DEVICE
@@ -261,7 +266,7 @@ def test_chain_entries_use_the_auto_cost_model() -> None:
         ("tiny", "npu(emulated)"),
     ]
     assert result.attempts[1].reason == (
-        "fallback 1: auto: prompt of 0 tokens < 512; shortest queue, fastest first "
+        "fallback 1 (tiny): auto: prompt of 0 tokens < 512; shortest queue, fastest first "
         "(queued: gpu 2, npu 0, cpu 0)"
     )
 
@@ -270,7 +275,7 @@ def test_a_duplicate_chain_entry_is_left_out() -> None:
     r = route(device="npu", fallback=[{"model": "small", "device": "cpu"}])
     result = chain(r, devices(CPU, NPU))
     assert [a.device for a in result.attempts] == ["npu(emulated)", "cpu"]
-    assert result.removed == ("fallback 1: small on cpu: already attempt 2",)
+    assert result.removed == ("fallback 1 (small): cpu: already attempt 2",)
 
 
 def test_an_unplaceable_route_gives_way_to_its_chain_and_says_so() -> None:
@@ -294,7 +299,7 @@ def test_a_chain_entry_on_a_missing_device_runs_on_cpu_when_allowed() -> None:
         (
             "tiny",
             "cpu",
-            "fallback 1: fallback to cpu: gpu: gpu is not available (found: cpu); "
+            "fallback 1 (tiny): fallback to cpu: gpu: gpu is not available (found: cpu); "
             "allow_cpu is true",
             (),
         ),
@@ -318,7 +323,7 @@ def test_strict_privacy_removes_every_remote_attempt() -> None:
     result = chain(r, devices(CPU), strict_privacy=True)
     assert [(a.model, a.device) for a in result.attempts] == [("small", "cpu"), ("tiny", "cpu")]
     assert result.removed == (
-        "fallback 1: remote: ZEST_PRIVACY=strict: no remote engine may be reached",
+        "fallback 1 (upstream): remote: ZEST_PRIVACY=strict: no remote engine may be reached",
     )
     assert result.attempts[1].skipped == (
         "upstream on remote: privacy: ZEST_PRIVACY=strict: no remote engine may be reached",
@@ -342,7 +347,7 @@ def test_a_local_only_route_never_plans_a_remote_attempt() -> None:
     r = route(device="cpu", fallback=[{"model": "upstream"}])
     result = chain(r, devices(CPU))
     assert [a.model for a in result.attempts] == ["small"]
-    assert result.removed == ("fallback 1: remote: route 't' is local_only",)
+    assert result.removed == ("fallback 1 (upstream): remote: route 't' is local_only",)
 
 
 def test_a_chain_that_cannot_run_anywhere_names_every_reason() -> None:
@@ -351,7 +356,7 @@ def test_a_chain_that_cannot_run_anywhere_names_every_reason() -> None:
         chain(r, devices(CPU))
     assert info.value.message == (
         "route 't': no attempt can run here (found: cpu): npu: npu is not available "
-        "(found: cpu); fallback 1: gpu: gpu is not available (found: cpu): change "
+        "(found: cpu); fallback 1 (tiny): gpu: gpu is not available (found: cpu): change "
         "routes.t.device or routes.t.fallback"
     )
 
