@@ -80,6 +80,13 @@ routes:
     max_tokens: 8
     system_prompt: You are terse.
     context: {{max_prompt_tokens: 120, on_overflow: trim}}
+  trim-small:  # its own model cannot load; the fallback's small context is what trims
+    kind: chat
+    model: missing
+    device: cpu
+    max_tokens: 8
+    context: {{on_overflow: trim}}
+    fallback: [{{model: tiny}}]
   untrimmed:
     kind: chat
     model: smollm2
@@ -344,6 +351,17 @@ def test_trimming_drops_old_turns_keeps_the_system_prompt_and_says_so(zest: Serv
     system = {"role": "system", "content": "You are terse."}
     by_hand = post(zest, "untrimmed", {"messages": [system, *kept]})
     assert by_hand.json()["usage"]["prompt_tokens"] == usage["prompt_tokens"]
+
+
+def test_each_attempt_is_trimmed_for_its_own_model(zest: Server) -> None:
+    reply = post(zest, "trim-small", {"messages": conversation(14)})
+    assert reply.status_code == 200, reply.text
+    assert "model=tiny; device=cpu;" in reply.headers["x-zest-route"]
+    assert reply.headers["x-zest-fallbacks"].startswith("missing on cpu: load error: ")
+    usage = reply.json()["usage"]
+    assert usage["prompt_tokens"] <= 256 - 8  # tiny's context, less the completion
+    assert usage["trimmed_tokens"] > 0
+    assert reply.headers["x-zest-trimmed"].startswith(f"tokens={usage['trimmed_tokens']}; ")
 
 
 def test_trimming_is_reported_in_the_streamed_usage(zest: Server) -> None:
