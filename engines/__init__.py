@@ -23,6 +23,7 @@ from engines._base import (
 from engines._devices import Inventory, Probe, detect_inventory, parse_emulation
 from engines._llamacpp import LlamaCppEngine
 from engines._onnx_genai import OnnxGenaiEngine
+from engines._remote import RemoteEngine, privacy_is_strict
 from engines._sources import ModelFileMissingError, resolve_source
 from engines._stops import StopMatcher
 from router import Device, ModelConfig, Placement, parse_device
@@ -37,18 +38,21 @@ __all__ = [
     "Message",
     "ModelFileMissingError",
     "Probe",
+    "RemoteEngine",
     "StageStats",
     "StopMatcher",
     "create_engine",
     "detect_inventory",
     "engine_class",
     "parse_emulation",
+    "privacy_is_strict",
     "register_engine",
     "resolve_source",
 ]
 
 register_engine(LlamaCppEngine.name, LlamaCppEngine)
 register_engine(OnnxGenaiEngine.name, OnnxGenaiEngine)
+register_engine(RemoteEngine.name, RemoteEngine)
 
 
 def create_engine(

@@ -24,6 +24,7 @@ __all__ = [
 
 Message = dict[str, str]
 FinishReason = Literal["stop", "length", "cancelled"]
+Privacy = Literal["local_only", "allow_remote"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,11 @@ class GenerationJob:
     priority: int = 0
     # Names the request in engine logs (request id, task); never the prompt itself.
     label: str = ""
+    # What engines without a local tokenizer (remote) send: the chat messages, or the prompt.
+    messages: tuple[Message, ...] = field(default=(), compare=False)
+    text: str | None = None
+    # The route's privacy: a remote engine refuses local_only jobs (the planner's second line).
+    privacy: Privacy = "local_only"
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False, init=False)
 
     def cancel(self) -> None:
@@ -86,6 +92,8 @@ class Delta:
     stats: StageStats | None = None
     # On the first delta: prompt tokens whose KV was reused from an earlier request.
     cached_tokens: int = 0
+    # Set on the last delta when the engine counted the prompt itself (a remote upstream).
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,9 @@ class Engine(ABC):
     name: ClassVar[str]
     # Whether this engine can run prefill and decode on two different devices.
     supports_split: ClassVar[bool] = False
+    # False for engines without a local tokenizer (remote): budgets then use an approximate
+    # count (policies.approximate_tokens) and jobs carry messages/text instead of tokens.
+    has_tokenizer: ClassVar[bool] = True
     model_id: str
     placement: Placement
 

@@ -27,7 +27,7 @@ from gateway._schemas import (
     SamplingFields,
     TaskRequest,
 )
-from gateway._service import Generation, prompt_tokens_for, start_generation
+from gateway._service import Generation, build_prompt, start_generation
 from router import BadRequestError, RequestError, find_route
 
 __all__ = ["create_app"]
@@ -205,7 +205,12 @@ async def explain_get(task: str, runtime: Runtime, prompt_tokens: int = 0) -> di
     if prompt_tokens < 0:
         raise BadRequestError("prompt_tokens must be >= 0", param="prompt_tokens")
     return explain_task(
-        runtime.routes.config, runtime.inventory, task, prompt_tokens, runtime.queue_depths()
+        runtime.routes.config,
+        runtime.inventory,
+        task,
+        prompt_tokens,
+        runtime.queue_depths(),
+        strict_privacy=runtime.strict_privacy,
     )
 
 
@@ -216,13 +221,18 @@ async def explain_post(
     """The plan for the request in the body (its prompt is counted with the model's tokenizer)."""
     body = await _parse(request, TaskRequest)
     route = find_route(task, None, runtime.routes.config)
-    tokenizer = await runtime.tokenizer_for(route.model)
     messages = body.messages
     if messages is None and route.kind == "chat":
         messages = [ChatMessage(role="user", content=body.text() or "")]
-    tokens = await asyncio.to_thread(prompt_tokens_for, tokenizer, route, messages, body.text())
+    prompt = build_prompt(route, route.kind, messages, body.text())
+    tokens = await runtime.count_prompt(route.model, route.kind, prompt)
     return explain_task(
-        runtime.routes.config, runtime.inventory, task, len(tokens), runtime.queue_depths()
+        runtime.routes.config,
+        runtime.inventory,
+        task,
+        tokens,
+        runtime.queue_depths(),
+        strict_privacy=runtime.strict_privacy,
     )
 
 
@@ -248,7 +258,7 @@ async def health(runtime: Runtime) -> dict[str, Any]:
 
 
 def _request_error(_: Request[Any, Any, Any], exc: RequestError) -> Response[Any]:
-    return Response(exc.to_body(), status_code=exc.status_code, headers=exc.headers())
+    return Response(exc.to_body(), status_code=exc.status_code, headers=exc.headers)
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:

@@ -6,9 +6,49 @@ from collections.abc import Mapping
 from typing import Any
 
 from engines import Inventory, engine_class
-from router import Device, DeviceUnavailableError, Placement, RoutesFile, find_route, plan_route
+from router import (
+    STRICT_REASON,
+    Device,
+    DeviceUnavailableError,
+    ModelTraits,
+    Placement,
+    Plan,
+    RouteConfig,
+    RoutesFile,
+    find_route,
+    plan_route,
+)
 
-__all__ = ["describe_inventory", "explain_task", "format_explanation"]
+__all__ = ["describe_inventory", "explain_task", "format_explanation", "plan_for"]
+
+
+def plan_for(
+    routes: RoutesFile,
+    devices: Mapping[str, Device],
+    task: str,
+    route: RouteConfig,
+    *,
+    prompt_tokens: int,
+    load: Mapping[str, int] | None,
+    strict_privacy: bool,
+) -> Plan:
+    """The plan of one request, with every model's engine traits (the chain's included)."""
+    traits = {
+        model_id: ModelTraits(model.engine, engine_class(model.engine).supports_split)
+        for model_id, model in routes.models.items()
+    }
+    own = traits[route.model]
+    return plan_route(
+        task,
+        route,
+        engine=own.engine,
+        can_split=own.can_split,
+        devices=devices,
+        load=load,
+        prompt_tokens=prompt_tokens,
+        models=traits,
+        strict_privacy=strict_privacy,
+    )
 
 
 def _placement(placement: Placement) -> dict[str, Any]:
@@ -26,10 +66,11 @@ def explain_task(
     task: str,
     prompt_tokens: int,
     load: Mapping[str, int] | None = None,
+    *,
+    strict_privacy: bool = False,
 ) -> dict[str, Any]:
     """The plan for `task` without running it; an impossible plan is shown with its error."""
     route = find_route(task, None, routes)
-    engine = routes.models[route.model].engine
     result: dict[str, Any] = {
         "task": task,
         "prompt_tokens": prompt_tokens,
@@ -41,21 +82,26 @@ def explain_task(
                 "allow_cpu",
                 "on_failure",
                 "hybrid_min_prompt_tokens",
+                "privacy",
+                "context",
+                "fallback",
+                "timeouts",
             }
         ),
-        "engine": engine,
+        "engine": routes.models[route.model].engine,
+        "privacy_mode": "strict" if strict_privacy else "standard",
         "devices_found": [device_entry(d) for _, d in sorted(inventory.devices.items())],
         "queue_depths": dict(load or {}),
     }
     try:
-        plan = plan_route(
+        plan = plan_for(
+            routes,
+            inventory.devices,
             task,
             route,
-            engine=engine,
-            devices=inventory.devices,
-            load=load,
             prompt_tokens=prompt_tokens,
-            can_split=engine_class(engine).supports_split,
+            load=load,
+            strict_privacy=strict_privacy,
         )
     except DeviceUnavailableError as exc:
         return {
@@ -65,7 +111,8 @@ def explain_task(
             "error": exc.to_body()["error"],
         }
     attempts = [
-        {"model": a.model, **_placement(a.placement), "reason": a.reason} for a in plan.attempts
+        {"model": a.model, "engine": a.engine, **_placement(a.placement), "reason": a.reason}
+        for a in plan.attempts
     ]
     return {**result, "attempts": attempts, "removed": list(plan.removed)}
 
@@ -98,6 +145,7 @@ def format_explanation(explained: dict[str, Any]) -> str:
         f"({explained['engine']}), device {route['device']}, allow_cpu {route['allow_cpu']}, "
         f"on_failure {route['on_failure']}; prompt of {explained['prompt_tokens']} tokens",
         "devices: " + ", ".join(_device_summary(d) for d in explained["devices_found"]),
+        *_policy_lines(explained),
     ]
     for number, attempt in enumerate(explained["attempts"], 1):
         lines.append(
@@ -107,6 +155,28 @@ def format_explanation(explained: dict[str, Any]) -> str:
     if "error" in explained:
         lines.append(f"error ({explained['error']['code']}): {explained['error']['message']}")
     return "\n".join(lines)
+
+
+def _policy_lines(explained: dict[str, Any]) -> list[str]:
+    """The route's policies when any differs from the defaults, and strict privacy."""
+    route, lines = explained["route"], []
+    defaults = RouteConfig(kind=route["kind"], model=route["model"]).model_dump()
+    if any(route[key] != defaults[key] for key in ("privacy", "context", "fallback", "timeouts")):
+        parts = [f"privacy {route['privacy']}"]
+        context = {k: v for k, v in route["context"].items() if v != defaults["context"][k]}
+        timeouts = {k: f"{v:g}" for k, v in route["timeouts"].items() if v is not None}
+        chain = [
+            e["model"] + (f" on {e['device']}" if e["device"] else "") for e in route["fallback"]
+        ]
+        for name, values in (("context", context), ("timeouts", timeouts)):
+            if values:
+                parts.append(f"{name}: " + ", ".join(f"{k} {v}" for k, v in values.items()))
+        if chain:
+            parts.append("fallback: " + ", ".join(chain))
+        lines.append("policies: " + "; ".join(parts))
+    if explained["privacy_mode"] == "strict":
+        lines.append(f"privacy: {STRICT_REASON}")
+    return lines
 
 
 def _device_summary(device: dict[str, Any]) -> str:

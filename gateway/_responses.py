@@ -27,11 +27,13 @@ def _new_id(kind: Kind) -> str:
 
 def _usage(gen: Generation, completion_tokens: int) -> dict[str, Any]:
     usage: dict[str, Any] = {
-        "prompt_tokens": gen.budget.prompt_tokens,
+        "prompt_tokens": gen.prompt_tokens,
         "completion_tokens": completion_tokens,
-        "total_tokens": gen.budget.prompt_tokens + completion_tokens,
+        "total_tokens": gen.prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": gen.first.cached_tokens},
     }
+    if gen.trimmed is not None:  # extension: the prompt tokens trimmed to fit the budget
+        usage["trimmed_tokens"] = gen.trimmed.trimmed_tokens
     if gen.final_stats is not None:  # extension: where each stage ran and how long it took
         usage["pipeline"] = gen.final_stats.as_dict()
     return usage

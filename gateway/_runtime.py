@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Literal
 
-from engines import Engine, EngineInfo, Inventory, create_engine, engine_class
+from engines import Engine, EngineInfo, Inventory, Message, create_engine
+from gateway._explain import plan_for
+from gateway._tokens import counter_for
+from policies import approximate_tokens
 from router import (
+    REMOTE_ENGINE,
     Device,
     LoadedRoutes,
     Placement,
     Plan,
     RouteConfig,
     ServiceUnavailableError,
-    plan_route,
 )
 
 __all__ = ["Runtime"]
@@ -27,6 +31,8 @@ EngineKey = tuple[str, str]  # (model id, placement key)
 class Runtime:
     routes: LoadedRoutes
     inventory: Inventory
+    # ZEST_PRIVACY=strict: every remote attempt is left out of every plan.
+    strict_privacy: bool = False
     engines: dict[EngineKey, Engine] = field(default_factory=dict)
     infos: dict[EngineKey, EngineInfo] = field(default_factory=dict)
     _locks: dict[EngineKey, asyncio.Lock] = field(default_factory=dict)
@@ -37,32 +43,60 @@ class Runtime:
         return self.inventory.devices
 
     async def start(self) -> None:
-        """Load each route's first placement; a broken model fails the start, loudly."""
+        """Load each route's first attempt. A broken model fails the start, loudly, unless the
+        route has another attempt to fall back on (then it is a warning, and each request that
+        falls back says so)."""
         if self._started:
             return
         self._started = True
+        if self.strict_privacy:
+            log.info("privacy: ZEST_PRIVACY=strict: no remote engine will be reached")
         for task, route in self.routes.config.routes.items():
             try:
                 plan = self.plan(task, route, prompt_tokens=0)
             except ServiceUnavailableError as exc:
                 log.warning("route %s cannot run on this machine: %s", task, exc.message)
                 continue
-            await self.engine_for(route.model, plan.first.placement)
+            try:
+                await self.engine_for(plan.first.model, plan.first.placement)
+            except ServiceUnavailableError as exc:
+                if len(plan.attempts) == 1 or route.on_failure != "next":
+                    raise
+                log.warning(
+                    "route %s: %s on %s cannot load, requests will fall back: %s",
+                    task,
+                    plan.first.model,
+                    plan.first.device,
+                    exc.message,
+                )
         if self.routes.config.expose_models:
-            for model_id in self.routes.config.models:
-                await self.tokenizer_for(model_id)
+            for model_id, model in self.routes.config.models.items():
+                if model.engine != REMOTE_ENGINE:
+                    await self.tokenizer_for(model_id)
 
     def plan(self, task: str, route: RouteConfig, prompt_tokens: int) -> Plan:
-        engine = self.routes.config.models[route.model].engine
-        return plan_route(
+        return plan_for(
+            self.routes.config,
+            self.devices,
             task,
             route,
-            engine=engine,
-            devices=self.devices,
-            load=self.queue_depths(),
             prompt_tokens=prompt_tokens,
-            can_split=engine_class(engine).supports_split,
+            load=self.queue_depths(),
+            strict_privacy=self.strict_privacy,
         )
+
+    async def count_prompt(
+        self, model_id: str, kind: Literal["chat", "completion"], messages: list[Message]
+    ) -> int:
+        """The prompt's size for planning (the auto cost model), with the model's tokenizer;
+        approximate for remote models, or when the model cannot load (its attempts will say)."""
+        if self.routes.config.models[model_id].engine == REMOTE_ENGINE:
+            return approximate_tokens(messages)
+        try:
+            engine = await self.tokenizer_for(model_id)
+        except ServiceUnavailableError:
+            return approximate_tokens(messages)
+        return await asyncio.to_thread(counter_for(engine, kind), messages)
 
     def queue_depths(self) -> dict[str, int]:
         depths: dict[str, int] = {}

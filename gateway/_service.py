@@ -1,32 +1,40 @@
-"""From a validated request body to a running generation: route, count, plan, try attempts.
+"""From a validated request body to a running generation: route, plan, budget, try attempts.
 
 The first delta is awaited before any response is sent, so every failure up to the first token
 is still a plain JSON error with its status code, and a failing attempt can give way to the next
-one (`on_failure: next`). After the first token, failures end the stream with an error event.
+one (policies._fallback says which failures do). Each attempt is budgeted with its own model's
+tokenizer and context: falling back to a smaller model trims (or overflows) for that model.
+After the first token, failures end the stream with an error event, and so does
+`timeouts.total_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engines import Delta, Engine, EngineInfo, GenerationJob, Message, StageStats
 from gateway._runtime import Runtime
 from gateway._schemas import ChatMessage, SamplingFields
-from policies import Budget, plan_budget
-from router import (
-    Attempt,
-    BadRequestError,
-    Plan,
-    RouteConfig,
-    ServiceUnavailableError,
-    find_route,
+from gateway._timeouts import Deadline, first_delta, next_delta
+from gateway._tokens import Tokens
+from policies import (
+    Budget,
+    Fitted,
+    Trimmed,
+    approximate_tokens,
+    classify_failure,
+    fit_prompt,
+    may_advance,
+    plan_budget,
+    prompt_limit,
 )
+from router import Attempt, BadRequestError, Plan, RequestError, RouteConfig, find_route
 
-__all__ = ["Generation", "prompt_tokens_for", "start_generation"]
+__all__ = ["Generation", "build_prompt", "start_generation"]
 
 log = logging.getLogger("zest.gateway")
 Kind = Literal["chat", "completion"]
@@ -44,6 +52,19 @@ class Generation:
     rest: AsyncIterator[Delta]
     fallbacks: list[str] = field(default_factory=list)
     final_stats: StageStats | None = None
+    trimmed: Trimmed | None = None
+    deadline: Deadline | None = None
+    # The prompt's size as the engine itself reported it (a remote upstream's usage).
+    reported_prompt_tokens: int | None = None
+
+    @property
+    def approximate(self) -> bool:
+        """The budget was counted approximately (no local tokenizer) and not corrected."""
+        return self.attempt.remote and self.reported_prompt_tokens is None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.reported_prompt_tokens or self.budget.prompt_tokens
 
     def headers(self) -> dict[str, str]:
         headers = {
@@ -52,7 +73,9 @@ class Generation:
             "x-zest-plan": self.attempt.reason,
         }
         if self.fallbacks:
-            headers["x-zest-fallbacks"] = " | ".join(self.fallbacks)
+            headers["x-zest-fallbacks"] = header_value(" | ".join(self.fallbacks))
+        if self.trimmed is not None:
+            headers["x-zest-trimmed"] = trimmed_header(self.trimmed)
         stats = self.final_stats or self.first.stats
         if stats is not None:
             headers["x-zest-pipeline"] = pipeline_header(stats)
@@ -72,17 +95,27 @@ class Generation:
             info["max_tokens_clamped_from"] = self.budget.clamped_from
         if self.fallbacks:
             info["fallbacks"] = self.fallbacks
+        if self.trimmed is not None:
+            info["trimmed"] = {
+                "tokens": self.trimmed.trimmed_tokens,
+                "strategy": self.trimmed.strategy,
+                "messages_dropped": self.trimmed.messages_dropped,
+                "prompt_tokens_before": self.trimmed.tokens_before,
+            }
+        if self.approximate:
+            info["approximate_tokens"] = True
         return info
 
     async def deltas(self) -> AsyncIterator[Delta]:
-        yield self.first
-        if self.first.finish_reason is None:
-            async for delta in self.rest:
-                if delta.stats is not None:
-                    self.final_stats = delta.stats
-                yield delta
-        elif self.first.stats is not None:
-            self.final_stats = self.first.stats
+        delta: Delta | None = self.first
+        while delta is not None:
+            if delta.finish_reason is not None:
+                self.final_stats = delta.stats or self.final_stats
+                self.reported_prompt_tokens = delta.prompt_tokens
+            yield delta
+            if delta.finish_reason is not None:
+                return
+            delta = await next_delta(self.rest, self.deadline)
 
     async def aclose(self) -> None:
         await self.rest.aclose()  # type: ignore[attr-defined]
@@ -99,6 +132,18 @@ def pipeline_header(stats: StageStats) -> str:
     return "; ".join([*parts, decode])
 
 
+def header_value(text: str) -> str:
+    """Text safe in a header: one line, ASCII (upstream error messages are quoted in it)."""
+    return " ".join(text.split()).encode("ascii", "replace").decode("ascii")
+
+
+def trimmed_header(trimmed: Trimmed) -> str:
+    header = f"tokens={trimmed.trimmed_tokens}; strategy={trimmed.strategy}"
+    if trimmed.strategy == "turns":
+        header += f"; messages_dropped={trimmed.messages_dropped}"
+    return header
+
+
 async def start_generation(
     runtime: Runtime,
     name: str,
@@ -110,73 +155,24 @@ async def start_generation(
     prompt: str | None = None,
 ) -> Generation:
     route = find_route(name, kind, runtime.routes.config)
-    tokenizer = await runtime.tokenizer_for(route.model)
-    tokens = await asyncio.to_thread(prompt_tokens_for, tokenizer, route, messages, prompt)
-    if not tokens:
-        raise BadRequestError("the prompt is empty: send some text", param="prompt")
-    plan = runtime.plan(name, route, prompt_tokens=len(tokens))
-    fallbacks: list[str] = []
-    for index, attempt in enumerate(plan.attempts):
-        try:
-            gen = await _try_attempt(
-                runtime, plan, attempt=attempt, tokens=tokens, body=body, request_id=request_id
-            )
-        except ServiceUnavailableError as exc:
-            if index + 1 == len(plan.attempts) or route.on_failure != "next":
-                raise
-            log.warning(
-                "%s task=%s: %s failed before the first token, trying %s: %s",
-                request_id,
-                name,
-                attempt.device,
-                plan.attempts[index + 1].device,
-                exc.message,
-            )
-            fallbacks.append(f"{attempt.device}: {exc.message}")
-            continue
-        gen.fallbacks = fallbacks
-        return gen
-    raise AssertionError("a plan always has at least one attempt")
+    chat = build_prompt(route, kind, messages, prompt)
+    deadline = Deadline.start(name, route.timeouts)
+    counted = await runtime.count_prompt(route.model, kind, chat)
+    plan = runtime.plan(name, route, prompt_tokens=counted)
+    return await _Walk(runtime, plan, kind, chat, body, request_id, deadline).run()
 
 
-async def _try_attempt(
-    runtime: Runtime,
-    plan: Plan,
-    *,
-    attempt: Attempt,
-    tokens: list[int],
-    body: SamplingFields,
-    request_id: str,
-) -> Generation:
-    engine = await runtime.engine_for(attempt.model, attempt.placement)
-    info = runtime.infos[(attempt.model, attempt.placement.key)]
-    budget = plan_budget(
-        prompt_tokens=len(tokens),
-        requested=body.requested_max_tokens(),
-        route_cap=plan.route.max_tokens,
-        context_length=info.context_length,
-        model=info.model,
-    )
-    label = f"{request_id} task={plan.task} model={info.model} device={info.device}"
-    stream = engine.stream(_job(tokens, budget, plan.route, body, label))
-    try:
-        first = await anext(stream)
-    except BaseException:
-        await stream.aclose()  # type: ignore[attr-defined]
-        raise
-    return Generation(plan, attempt, info, budget, first, stream)
-
-
-def prompt_tokens_for(
-    engine: Engine, route: RouteConfig, messages: list[ChatMessage] | None, prompt: str | None
-) -> list[int]:
-    if messages is None:
-        return engine.tokenize(prompt or "", add_special=True)
+def build_prompt(
+    route: RouteConfig, kind: Kind, messages: Sequence[ChatMessage] | None, prompt: str | None
+) -> list[Message]:
+    """The prompt as messages: a chat's (with the route's system prompt first), or a
+    completion prompt as one user message (its counter reads the content alone)."""
+    if kind == "completion" or messages is None:
+        return [{"role": "user", "content": prompt or ""}]
     chat: list[Message] = (
         [{"role": "system", "content": route.system_prompt}] if route.system_prompt else []
     )
-    chat += [{"role": _role(m.role), "content": m.text()} for m in messages]
-    return engine.tokenize(engine.render_chat(chat), add_special=False)
+    return chat + [{"role": _role(m.role), "content": m.text()} for m in messages]
 
 
 def _role(role: str) -> str:
@@ -184,27 +180,138 @@ def _role(role: str) -> str:
     return "system" if role == "developer" else role
 
 
-def _job(
-    tokens: list[int], budget: Budget, route: RouteConfig, body: SamplingFields, label: str
-) -> GenerationJob:
-    defaults = route.sampling
+@dataclass
+class _Walk:
+    """One request walking its plan's attempts until one yields a first token."""
 
-    def pick(value: float | None, default: float) -> float:
-        return default if value is None else value
+    runtime: Runtime
+    plan: Plan
+    kind: Kind
+    messages: list[Message]
+    body: SamplingFields
+    request_id: str
+    deadline: Deadline
+    fallbacks: list[str] = field(default_factory=list)
+    loading: bool = False
 
-    return GenerationJob(
-        prompt_tokens=tuple(tokens),
-        max_tokens=budget.max_tokens,
-        temperature=pick(body.temperature, defaults.temperature),
-        top_p=pick(body.top_p, defaults.top_p),
-        top_k=body.top_k if body.top_k is not None else defaults.top_k,
-        min_p=pick(body.min_p, defaults.min_p),
-        repeat_penalty=pick(body.repeat_penalty, defaults.repeat_penalty),
-        frequency_penalty=body.frequency_penalty or 0.0,
-        presence_penalty=body.presence_penalty or 0.0,
-        seed=body.seed if body.seed is not None else defaults.seed,
-        # The route's stops always apply (they shape the task); the request may add more.
-        stop=tuple(dict.fromkeys(defaults.stop + body.stops())),
-        priority=route.priority,
-        label=label,
-    )
+    async def run(self) -> Generation:
+        attempts = self.plan.attempts
+        for index, attempt in enumerate(attempts):
+            self.fallbacks += attempt.skipped
+            try:
+                gen = await self._try(attempt)
+            except RequestError as error:
+                self._give_up_or_log(attempt, error, last=index + 1 == len(attempts))
+                continue
+            gen.fallbacks = self.fallbacks
+            return gen
+        raise AssertionError("a plan always has at least one attempt")
+
+    def _give_up_or_log(self, attempt: Attempt, error: RequestError, *, last: bool) -> None:
+        """Re-raise `error` unless it moves the request on; record why the attempt failed."""
+        kind = classify_failure(error, loading=self.loading)
+        line = f"{attempt.model} on {attempt.device}: {kind or 'error'}: {error.message}"
+        if last or not may_advance(kind, self.plan.route):
+            if self.fallbacks:  # the error answer lists every attempt tried, this one too
+                error.headers["x-zest-fallbacks"] = header_value(
+                    " | ".join([*self.fallbacks, line])
+                )
+            raise error
+        log.warning(
+            "%s task=%s: %s on %s failed before the first token (%s), trying the next attempt",
+            self.request_id,
+            self.plan.task,
+            attempt.model,
+            attempt.device,
+            kind,
+        )
+        self.fallbacks.append(line)
+
+    async def _try(self, attempt: Attempt) -> Generation:
+        self.deadline.check()
+        self.loading = True
+        engine = await self.runtime.engine_for(attempt.model, attempt.placement)
+        self.loading = False
+        info = self.runtime.infos[(attempt.model, attempt.placement.key)]
+        fitted, budget, tokens = await asyncio.to_thread(self._fit, engine, info)
+        label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
+        stream = engine.stream(self._job(engine, fitted, budget, tokens, label))
+        try:
+            first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")
+        except BaseException:
+            await stream.aclose()  # type: ignore[attr-defined]
+            raise
+        return Generation(
+            self.plan,
+            attempt,
+            info,
+            budget,
+            first,
+            stream,
+            trimmed=fitted.trimmed,
+            deadline=self.deadline,
+        )
+
+    def _fit(self, engine: Engine, info: EngineInfo) -> tuple[Fitted, Budget, list[int]]:
+        """Budget this attempt with its own tokenizer and context (runs in a thread)."""
+        route, requested = self.plan.route, self.body.requested_max_tokens()
+        context = info.context_length or None  # 0: a remote model that declares none
+        trimming = route.context.on_overflow == "trim"
+        limit = prompt_limit(
+            task=self.plan.task,
+            max_prompt_tokens=route.context.max_prompt_tokens,
+            context_length=context,
+            reserve=min(requested or route.max_tokens, route.max_tokens),
+            trimming=trimming,
+        )
+        tokens = Tokens(engine, self.kind) if engine.has_tokenizer else None
+        fitted = fit_prompt(
+            self.messages,
+            count=tokens.count if tokens else approximate_tokens,
+            limit=limit,
+            trim=route.trim_mode if trimming else None,
+            model=info.model,
+        )
+        budget = plan_budget(
+            prompt_tokens=fitted.prompt_tokens,
+            requested=requested,
+            route_cap=route.max_tokens,
+            context_length=context,
+            model=info.model,
+        )
+        encoded = tokens.encode(fitted.messages) if tokens else []
+        if tokens and not encoded:  # nothing to prefill: a model needs at least one token
+            raise BadRequestError("the prompt is empty: send some text", param="prompt")
+        return fitted, budget, encoded
+
+    def _job(
+        self, engine: Engine, fitted: Fitted, budget: Budget, tokens: list[int], label: str
+    ) -> GenerationJob:
+        route, body = self.plan.route, self.body
+        defaults = route.sampling
+
+        def pick(value: float | None, default: float) -> float:
+            return default if value is None else value
+
+        remote = not engine.has_tokenizer
+        return GenerationJob(
+            prompt_tokens=tuple(tokens),
+            max_tokens=budget.max_tokens,
+            temperature=pick(body.temperature, defaults.temperature),
+            top_p=pick(body.top_p, defaults.top_p),
+            top_k=body.top_k if body.top_k is not None else defaults.top_k,
+            min_p=pick(body.min_p, defaults.min_p),
+            repeat_penalty=pick(body.repeat_penalty, defaults.repeat_penalty),
+            frequency_penalty=body.frequency_penalty or 0.0,
+            presence_penalty=body.presence_penalty or 0.0,
+            seed=body.seed if body.seed is not None else defaults.seed,
+            # The route's stops always apply (they shape the task); the request may add more.
+            stop=tuple(dict.fromkeys(defaults.stop + body.stops())),
+            priority=route.priority,
+            label=label,
+            messages=tuple(dict(m) for m in fitted.messages)
+            if remote and self.kind == "chat"
+            else (),
+            text=fitted.messages[0]["content"] if remote and self.kind == "completion" else None,
+            privacy=route.privacy,
+        )

@@ -19,3 +19,5 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Declare NPU/GPU as emulated on CPU threads, e.g. "npu=cpu:1,gpu=cpu:1".
     emulate_devices: str = ""
+    # strict: no remote engine may be reached at all, whatever the routes say.
+    privacy: Literal["standard", "strict"] = "standard"

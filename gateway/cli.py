@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gateway._settings import Settings
-from router import ConfigError, LoadedRoutes, ZestError, load_routes
+from router import ConfigError, LoadedRoutes, ModelConfig, RemoteModel, ZestError, load_routes
 
 __all__ = ["main"]
 
@@ -108,7 +108,13 @@ def _explain(args: argparse.Namespace) -> int:
     settings = _settings(routes=args.routes)
     routes = load_routes(settings.routes)
     inventory = detect_inventory(settings.emulate_devices)
-    explained = explain_task(routes.config, inventory, args.task, args.prompt_tokens)
+    explained = explain_task(
+        routes.config,
+        inventory,
+        args.task,
+        args.prompt_tokens,
+        strict_privacy=settings.privacy == "strict",
+    )
     print(json.dumps(explained, indent=2) if args.json else format_explanation(explained))
     return 1 if "error" in explained else 0
 
@@ -147,7 +153,7 @@ def _routes_table(loaded: LoadedRoutes) -> str:
                 model.engine,
                 route.device,
                 str(route.max_tokens),
-                model.source,
+                _source(model),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -155,6 +161,12 @@ def _routes_table(loaded: LoadedRoutes) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     )
+
+
+def _source(model: ModelConfig) -> str:
+    if isinstance(model, RemoteModel):
+        return f"{model.base_url} ({model.model})"
+    return model.source
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -170,7 +182,11 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
-    runtime = Runtime(load_routes(settings.routes), detect_inventory(settings.emulate_devices))
+    runtime = Runtime(
+        load_routes(settings.routes),
+        detect_inventory(settings.emulate_devices),
+        strict_privacy=settings.privacy == "strict",
+    )
     log.info("routes %s: %s", runtime.routes.path, ", ".join(runtime.routes.config.routes))
     for device in runtime.devices.values():
         log.info(

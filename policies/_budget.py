@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from policies._trim import PromptLimit
 from router import BadRequestError, ContextLengthExceededError
 
-__all__ = ["Budget", "plan_budget"]
+__all__ = ["Budget", "plan_budget", "prompt_limit"]
 
 
 @dataclass(frozen=True)
@@ -20,9 +21,22 @@ class Budget:
 
 
 def plan_budget(
-    *, prompt_tokens: int, requested: int | None, route_cap: int, context_length: int, model: str
+    *,
+    prompt_tokens: int,
+    requested: int | None,
+    route_cap: int,
+    context_length: int | None,
+    model: str,
 ) -> Budget:
-    """Grant a completion budget, or raise with the numbers a client needs to fix the request."""
+    """Grant a completion budget, or raise with the numbers a client needs to fix the request.
+
+    `context_length` None: the context is unknown here (a remote model that does not declare
+    one); the upstream enforces it.
+    """
+    if context_length is None:
+        wanted = min(requested or route_cap, route_cap)
+        clamped = requested is not None and requested > route_cap
+        return Budget(prompt_tokens, wanted, clamped_from=requested if clamped else None)
     if requested is not None and requested > context_length:
         raise BadRequestError(
             f"max_tokens is {requested} but model {model!r} has a context of {context_length} "
@@ -46,3 +60,26 @@ def plan_budget(
             f"completion; model {model!r}): reduce the prompt or max_tokens to at most {room}"
         )
     return Budget(prompt_tokens, wanted, clamped_from=requested if clamped else None)
+
+
+def prompt_limit(
+    *,
+    task: str,
+    max_prompt_tokens: int | None,
+    context_length: int | None,
+    reserve: int,
+    trimming: bool,
+) -> PromptLimit | None:
+    """The prompt limit of one attempt: the route's max_prompt_tokens and, when trimming, the
+    model's context less `reserve` tokens for the completion (trimming makes room for it)."""
+    limits = []
+    if max_prompt_tokens is not None:
+        limits.append(PromptLimit(max_prompt_tokens, f"routes.{task}.context.max_prompt_tokens"))
+    if trimming and context_length is not None and context_length > reserve:
+        limits.append(
+            PromptLimit(
+                context_length - reserve,
+                f"a context of {context_length} tokens less {reserve} for the completion",
+            )
+        )
+    return min(limits, key=lambda limit: limit.tokens, default=None)

@@ -6,12 +6,17 @@
         ├── BadRequestError         400 invalid_request_error
         │   └── ContextLengthExceededError   400 code=context_length_exceeded
         ├── UnknownTaskError        404 code=model_not_found
-        ├── OverloadedError         429 code=overloaded, with Retry-After
+        ├── UpstreamRejectedError   502 code=upstream_rejected (the upstream refused: auth, 404)
+        ├── GatewayTimeoutError     504 code=first_token_timeout | total_timeout
         └── ServiceUnavailableError 503 (model not loaded, engine not installed)
             ├── DeviceUnavailableError  no allowed device can serve the route
+            ├── OverloadedError     429 code=overloaded: a model's queue is full (Retry-After),
+            │                       or the upstream kept answering 429/503
+            ├── PrivacyError        code=privacy_forbidden: a remote engine refused the request
             └── EngineError         an engine failed while generating (foreign errors chained)
 
 Engines translate foreign exceptions at their boundary (`raise EngineError(...) from exc`).
+Which of these move a request on to its next attempt is policies._fallback's business.
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ __all__ = [
     "ContextLengthExceededError",
     "DeviceUnavailableError",
     "EngineError",
+    "GatewayTimeoutError",
     "OverloadedError",
+    "PrivacyError",
     "RequestError",
     "ServiceUnavailableError",
     "UnknownTaskError",
+    "UpstreamRejectedError",
     "ZestError",
 ]
 
@@ -53,9 +61,8 @@ class RequestError(ZestError):
         self.message = message
         self.param = param
         self.code = code
-
-    def headers(self) -> dict[str, str]:
-        return {}
+        # Response headers an error answer carries too (e.g. the fallbacks tried before it).
+        self.headers: dict[str, str] = {}
 
     def to_body(self) -> dict[str, dict[str, str | None]]:
         return {
@@ -84,20 +91,6 @@ class UnknownTaskError(RequestError):
         super().__init__(message, param="model", code="model_not_found")
 
 
-class OverloadedError(RequestError):
-    """Too many requests are waiting for a model; the client should retry after a while."""
-
-    status_code = 429
-    error_type = "rate_limit_error"
-
-    def __init__(self, message: str, *, retry_after: int) -> None:
-        super().__init__(message, code="overloaded")
-        self.retry_after = retry_after
-
-    def headers(self) -> dict[str, str]:
-        return {"retry-after": str(self.retry_after)}
-
-
 class ServiceUnavailableError(RequestError):
     status_code = 503
     error_type = "service_unavailable"
@@ -114,3 +107,42 @@ class DeviceUnavailableError(ServiceUnavailableError):
 class EngineError(ServiceUnavailableError):
     status_code = 500
     error_type = "engine_error"
+
+
+class UpstreamRejectedError(RequestError):
+    """The upstream refused the request for a reason the client cannot fix (auth, not found)."""
+
+    status_code = 502
+    error_type = "upstream_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="upstream_rejected")
+
+
+class GatewayTimeoutError(RequestError):
+    status_code = 504
+    error_type = "timeout"
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message, code=code)
+
+
+class OverloadedError(ServiceUnavailableError):
+    """Too many requests wait for a model (or an upstream keeps refusing): retry later.
+
+    It advances a fallback chain like any unavailability; answered, it is a 429.
+    """
+
+    status_code = 429
+    error_type = "rate_limit_error"
+
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+        super().__init__(message, code="overloaded")
+        self.retry_after = retry_after
+        if retry_after is not None:
+            self.headers["retry-after"] = str(retry_after)
+
+
+class PrivacyError(ServiceUnavailableError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="privacy_forbidden")

@@ -15,13 +15,27 @@ from pydantic_core import ErrorDetails
 
 from router._errors import ConfigError
 from router._placement import parse_device
-from router._schema import ENGINES, LlamaCppModel, OnnxGenaiModel, RoutesFile
+from router._schema import (
+    ENGINES,
+    REMOTE_ENGINE,
+    LlamaCppModel,
+    OnnxGenaiModel,
+    RemoteModel,
+    RouteConfig,
+    RoutesFile,
+)
 
 __all__ = ["LoadedRoutes", "load_routes", "parse_routes"]
 
 _ENGINE_MODELS: dict[str, type[BaseModel]] = {
     "llamacpp": LlamaCppModel,
     "onnx-genai": OnnxGenaiModel,
+    "remote": RemoteModel,
+}
+# Keys refused with a reason rather than a spelling hint: a secret never belongs in the file.
+_REFUSED_KEYS = {
+    "api_key": "a key must not be written in routes.yaml: put it in an environment variable "
+    "and name that variable with api_key_env",
 }
 
 
@@ -84,18 +98,78 @@ def _parse_yaml(text: str, filename: str) -> dict[str, Any]:
 
 
 def _cross_reference_problems(config: RoutesFile) -> list[str]:
+    problems: list[str] = []
+    for task, route in config.routes.items():
+        problems += _route_problems(config, f"routes.{task}", route)
+    return problems
+
+
+def _route_problems(config: RoutesFile, where: str, route: RouteConfig) -> list[str]:
     known = ", ".join(sorted(config.models))
-    problems = [
-        f"routes.{task}.model: unknown model {route.model!r} (known: {known})"
-        for task, route in config.routes.items()
-        if route.model not in config.models
+    if route.model not in config.models:
+        return [f"{where}.model: unknown model {route.model!r} (known: {known})"]
+    problems = _placement_problems(
+        config, route, where=where, at=where, model=route.model, device=route.device
+    )
+    for number, entry in enumerate(route.fallback):
+        at = f"{where}.fallback.{number}"
+        if entry.model not in config.models:
+            problems.append(f"{at}.model: unknown model {entry.model!r} (known: {known})")
+        else:
+            problems += _placement_problems(
+                config, route, where=where, at=at, model=entry.model, device=entry.device
+            )
+    return problems + _policy_problems(where, route)
+
+
+def _placement_problems(
+    config: RoutesFile, route: RouteConfig, *, where: str, at: str, model: str, device: str | None
+) -> list[str]:
+    """One attempt's model and device (at key path `at`) against the route's policies."""
+    if config.models[model].engine == REMOTE_ENGINE:
+        problems = []
+        if device not in (None, "auto"):
+            problems.append(
+                f"{at}.device: model {model!r} is remote and runs on no local device: "
+                "remove the device key"
+            )
+        if route.privacy == "local_only":
+            problems.append(
+                f"{at}.model: {model!r} is a remote model, but {where}.privacy is local_only "
+                "(the default): set privacy: allow_remote to let this route's prompts leave "
+                "the machine, or use a local model"
+            )
+        return problems
+    if route.allow_cpu or "cpu" not in (parse_device(device or "auto") or ()):
+        return []
+    if at == where:
+        return [
+            f"{at}.allow_cpu: false, but device {device!r} runs on cpu: the route could never "
+            "run; set allow_cpu to true or choose another device"
+        ]
+    return [
+        f"{at}.device: {device!r} runs on cpu, but {where}.allow_cpu is false: choose another "
+        "device or set allow_cpu to true"
     ]
-    problems += [
-        f"routes.{task}.allow_cpu: false, but device {route.device!r} runs on cpu: "
-        "the route could never run; set allow_cpu to true or choose another device"
-        for task, route in config.routes.items()
-        if not route.allow_cpu and "cpu" in (parse_device(route.device) or ())
-    ]
+
+
+def _policy_problems(where: str, route: RouteConfig) -> list[str]:
+    problems = []
+    if route.fallback and route.on_failure == "return_error":
+        problems.append(
+            f"{where}.fallback: on_failure is return_error, so no fallback would ever be "
+            "tried: set on_failure: next or remove fallback"
+        )
+    if route.context.on_overflow == "fallback" and not route.fallback:
+        problems.append(
+            f"{where}.context.on_overflow: fallback, but the route has no fallback entries: "
+            "add fallback or use trim or reject"
+        )
+    if route.kind == "completion" and route.context.trim == "turns":
+        problems.append(
+            f"{where}.context.trim: turns needs a chat route (messages): use middle for "
+            "completion routes"
+        )
     return problems
 
 
@@ -114,6 +188,8 @@ def _display_loc(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
 
 def _describe(err: ErrorDetails, loc: tuple[int | str, ...], raw: tuple[int | str, ...]) -> str:
     kind, ctx = err["type"], err.get("ctx", {})
+    if kind == "extra_forbidden" and str(loc[-1]) in _REFUSED_KEYS:
+        return f"{str(loc[-1])!r} is refused: {_REFUSED_KEYS[str(loc[-1])]}"
     if kind == "extra_forbidden":
         return _unknown_key_message(str(loc[-1]), _model_at(raw[:-1]))
     if kind == "missing":
@@ -151,6 +227,8 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
         if isinstance(current, type) and issubclass(current, BaseModel):
             field = current.model_fields.get(str(part))
             current = _unwrap(field.annotation) if field else None
+        elif typing.get_origin(current) in (tuple, list):  # the part is an index
+            current = _unwrap(typing.get_args(current)[0])
         elif typing.get_origin(current) is dict:
             current = _unwrap(typing.get_args(current)[1])
             if parts and str(parts[0]) in _ENGINE_MODELS:  # the discriminator tag

@@ -15,7 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["DEVICE_ORDER", "Device", "Placement", "describe_devices", "parse_device"]
+__all__ = [
+    "DEVICE_ORDER",
+    "REMOTE_DEVICE",
+    "Device",
+    "Placement",
+    "describe_devices",
+    "parse_device",
+]
 
 DEVICE_ORDER: tuple[str, ...] = ("gpu", "npu", "cpu")  # fastest first: the tie-break of auto
 
@@ -62,6 +69,16 @@ class Placement:
     @property
     def devices(self) -> tuple[Device, ...]:
         return (self.prefill, self.decode) if self.split else (self.decode,)
+
+
+# Where remote models run: no local device. A pseudo-device so that plans, headers and explain
+# say "remote"; it is never in the inventory, never counted as the CPU, never chosen by auto.
+REMOTE_DEVICE = Device(
+    name="remote",
+    engines=frozenset({"remote"}),
+    detected_by="routes.yaml (engine: remote)",
+    detail="an OpenAI-compatible upstream: not a local device",
+)
 
 
 def parse_device(device: str) -> tuple[str, str] | None:

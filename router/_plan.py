@@ -1,6 +1,13 @@
 """Resolving a request into a Plan: which model runs on which device(s), in which order, and why.
 
 Pure: devices and queue depths come in as data (see router._placement for the cost model).
+
+The order of attempts: the route's own model on its device (auto or pinned), then the CPU when
+the route allows it and `on_failure` is next, then each `fallback` entry, placed with the same
+device logic (a missing pinned device gives way to the CPU where allowed). Remote models run on
+the pseudo-device `remote`. A candidate that cannot be placed is left out with its reason, both
+in `removed` (for explain) and in the next attempt's `skipped` (so the response that attempt
+serves lists it among the fallbacks).
 """
 
 from __future__ import annotations
@@ -10,13 +17,29 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from router._errors import BadRequestError, DeviceUnavailableError, UnknownTaskError
-from router._placement import DEVICE_ORDER, Device, Placement, describe_devices, parse_device
-from router._schema import RouteConfig, RoutesFile
+from router._placement import (
+    DEVICE_ORDER,
+    REMOTE_DEVICE,
+    Device,
+    Placement,
+    describe_devices,
+    parse_device,
+)
+from router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 
-__all__ = ["Attempt", "Plan", "find_route", "plan_route"]
+__all__ = ["Attempt", "ModelTraits", "Plan", "find_route", "plan_route"]
 
 Kind = Literal["chat", "completion"]
 _ENDPOINT = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+STRICT_REASON = "ZEST_PRIVACY=strict: no remote engine may be reached"
+
+
+@dataclass(frozen=True)
+class ModelTraits:
+    """What the planner needs to know about a model: its engine and whether it can split."""
+
+    engine: str
+    can_split: bool = False
 
 
 @dataclass(frozen=True)
@@ -26,10 +49,17 @@ class Attempt:
     model: str
     placement: Placement
     reason: str
+    engine: str = ""
+    # Candidates left out between the previous attempt and this one, each with its reason.
+    skipped: tuple[str, ...] = ()
 
     @property
     def device(self) -> str:
         return self.placement.label
+
+    @property
+    def remote(self) -> bool:
+        return self.engine == REMOTE_ENGINE
 
 
 @dataclass(frozen=True)
@@ -49,7 +79,11 @@ def find_route(name: str, kind: Kind | None, routes: RoutesFile) -> RouteConfig:
     """The route for a task name (or a model id when exposed); `kind` is the endpoint's."""
     route = routes.routes.get(name)
     if route is None and routes.expose_models and name in routes.models:
-        route = RouteConfig(kind=kind or "chat", model=name)
+        # A client naming a remote model by id chose to send its prompt there.
+        remote = routes.models[name].engine == REMOTE_ENGINE
+        route = RouteConfig(
+            kind=kind or "chat", model=name, privacy="allow_remote" if remote else "local_only"
+        )
     if route is None:
         known = sorted(routes.routes) + (sorted(routes.models) if routes.expose_models else [])
         raise UnknownTaskError(
@@ -66,17 +100,65 @@ def find_route(name: str, kind: Kind | None, routes: RoutesFile) -> RouteConfig:
 
 @dataclass
 class _Planner:
+    """Places one candidate (a model and a device spec) at a time; collects what it left out."""
+
     task: str
     route: RouteConfig
-    usable: dict[str, Device]
+    devices: Mapping[str, Device]
     found: str
     load: Mapping[str, int]
+    prompt_tokens: int
+    strict: bool
     attempts: list[Attempt] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    # The candidate being placed.
+    model: str = ""
+    traits: ModelTraits = ModelTraits("")
+    prefix: str = ""
+    unplaced: bool = False  # the candidate was left out (not merely a duplicate)
+
+    @property
+    def usable(self) -> dict[str, Device]:
+        engine = self.traits.engine
+        return {name: dev for name, dev in self.devices.items() if engine in dev.engines}
+
+    def start(self, model: str, traits: ModelTraits, prefix: str) -> None:
+        self.model, self.traits, self.prefix = model, traits, prefix
+        self.unplaced = False
 
     def add(self, prefill: str, decode: str, reason: str) -> None:
-        placement = Placement(self.usable[prefill], self.usable[decode])
-        self.attempts.append(Attempt(self.route.model, placement, reason))
+        usable = self.usable
+        self.add_placement(Placement(usable[prefill], usable[decode]), reason)
+
+    def add_placement(self, placement: Placement, reason: str) -> None:
+        duplicate = next(
+            (
+                n
+                for n, a in enumerate(self.attempts, 1)
+                if (a.model, a.placement.key) == (self.model, placement.key)
+            ),
+            None,
+        )
+        if duplicate is not None:
+            self.removed.append(f"{self.prefix}{placement.label}: already attempt {duplicate}")
+            return
+        attempt = Attempt(
+            self.model,
+            placement,
+            self.prefix + reason,
+            self.traits.engine,
+            tuple(self.skipped),
+        )
+        self.attempts.append(attempt)
+        self.skipped.clear()
+
+    def leave_out(self, spec: str, why: str, kind: str = "device unavailable") -> None:
+        """A candidate that cannot run: explain says why; the next attempt carries it too, in
+        the form of a failed attempt (`MODEL on DEVICE: KIND: WHY`)."""
+        self.removed.append(f"{self.prefix}{spec}: {why}")
+        self.skipped.append(f"{self.model} on {spec}: {kind}: {why}")
+        self.unplaced = True
 
     def queue(self, name: str) -> int:
         return self.load.get(name, 0)
@@ -91,58 +173,94 @@ def plan_route(
     load: Mapping[str, int] | None = None,
     prompt_tokens: int = 0,
     can_split: bool = True,
+    models: Mapping[str, ModelTraits] | None = None,
+    strict_privacy: bool = False,
 ) -> Plan:
-    """Order the attempts for one request; raise 503 when no allowed device can serve it."""
-    usable = {name: dev for name, dev in devices.items() if engine in dev.engines}
-    planner = _Planner(task, route, usable, describe_devices(devices), load or {})
-    wanted = parse_device(route.device)
+    """Order the attempts for one request; raise 503 when no allowed device can serve it.
+
+    `engine`/`can_split` describe the route's own model; `models` the fallback entries' ones.
+    `strict_privacy` (ZEST_PRIVACY=strict) leaves every remote attempt out.
+    """
+    traits = {**(models or {}), route.model: ModelTraits(engine, can_split)}
+    p = _Planner(
+        task, route, devices, describe_devices(devices), load or {}, prompt_tokens, strict_privacy
+    )
+    p.start(route.model, traits[route.model], "")
+    if _place_remote(p) is None:
+        _place_local(p, route.device)
+        _plan_cpu_fallback(p)
+    for number, entry in enumerate(route.fallback, 1):
+        p.start(entry.model, traits[entry.model], f"fallback {number} ({entry.model}): ")
+        if _place_remote(p) is None:
+            _place_local(p, entry.device or "auto")
+            if p.unplaced:
+                _substitute_cpu(p, entry.device or "auto")
+    if not p.attempts:
+        raise _no_device_error(p)
+    return Plan(task, route, tuple(p.attempts), tuple(p.removed), p.found)
+
+
+def _place_remote(p: _Planner) -> bool | None:
+    """Place a remote model on the pseudo-device; None when the model is local."""
+    if p.traits.engine != REMOTE_ENGINE:
+        return None
+    if p.strict:
+        p.leave_out("remote", STRICT_REASON, "privacy")
+        return False
+    if p.route.privacy != "allow_remote":
+        p.leave_out("remote", f"route {p.task!r} is local_only", "privacy")
+        return False
+    p.add_placement(
+        Placement(REMOTE_DEVICE, REMOTE_DEVICE), "remote model: an OpenAI-compatible upstream"
+    )
+    return True
+
+
+def _place_local(p: _Planner, device: str) -> None:
+    wanted = parse_device(device)
     if wanted is None:
-        _plan_auto(planner, prompt_tokens, can_split)
+        _plan_auto(p)
     else:
-        _plan_pinned(planner, wanted)
-    _plan_cpu_fallback(planner)
-    if not planner.attempts:
-        raise _no_device_error(planner)
-    return Plan(task, route, tuple(planner.attempts), tuple(planner.removed), planner.found)
+        _plan_pinned(p, device, wanted)
 
 
-def _plan_auto(p: _Planner, prompt_tokens: int, can_split: bool) -> None:
-    threshold = p.route.hybrid_min_prompt_tokens
-    if prompt_tokens >= threshold and {"npu", "gpu"} <= p.usable.keys() and can_split:
+def _plan_auto(p: _Planner) -> None:
+    threshold, usable = p.route.hybrid_min_prompt_tokens, p.usable
+    if p.prompt_tokens >= threshold and {"npu", "gpu"} <= usable.keys() and p.traits.can_split:
         p.add(
             "npu",
             "gpu",
-            f"auto: prompt of {prompt_tokens} tokens >= {threshold}, npu and gpu "
+            f"auto: prompt of {p.prompt_tokens} tokens >= {threshold}, npu and gpu "
             "found: prefill on npu, decode on gpu",
         )
         return
-    allowed = [d for d in DEVICE_ORDER if d in p.usable and (d != "cpu" or p.route.allow_cpu)]
-    if "cpu" in p.usable and not p.route.allow_cpu:
-        p.removed.append(f"cpu: allow_cpu is false for route {p.task!r}")
+    allowed = [d for d in DEVICE_ORDER if d in usable and (d != "cpu" or p.route.allow_cpu)]
+    if "cpu" in usable and not p.route.allow_cpu:
+        p.removed.append(f"{p.prefix}cpu: allow_cpu is false for route {p.task!r}")
     if not allowed:
+        p.leave_out("auto", f"no allowed device can run {p.model!r} here (found: {p.found})")
         return
     best = min(allowed, key=lambda d: (p.queue(d), DEVICE_ORDER.index(d)))
     queues = ", ".join(f"{d} {p.queue(d)}" for d in allowed)
     why = (
-        f"prompt of {prompt_tokens} tokens < {threshold}"
+        f"prompt of {p.prompt_tokens} tokens < {threshold}"
         if "npu" in allowed and "gpu" in allowed
         else f"found {', '.join(allowed)}"
     )
     p.add(best, best, f"auto: {why}; shortest queue, fastest first (queued: {queues})")
 
 
-def _plan_pinned(p: _Planner, wanted: tuple[str, str]) -> None:
+def _plan_pinned(p: _Planner, device: str, wanted: tuple[str, str]) -> None:
     names = dict.fromkeys(wanted)
     missing = [d for d in names if d not in p.usable]
     if "cpu" in names and not p.route.allow_cpu:
-        p.removed.append(f"{p.route.device}: runs on cpu but allow_cpu is false")
+        p.leave_out(device, "runs on cpu but allow_cpu is false", "policy")
     elif missing:
         verb = "is" if len(missing) == 1 else "are"
-        p.removed.append(
-            f"{p.route.device}: {' and '.join(missing)} {verb} not available (found: {p.found})"
-        )
+        p.leave_out(device, f"{' and '.join(missing)} {verb} not available (found: {p.found})")
     else:  # a pinned split goes to the engine even when auto would not split for it
-        p.add(wanted[0], wanted[1], f"device {p.route.device} pinned by the route")
+        who = "the route" if not p.prefix else "the fallback entry"
+        p.add(wanted[0], wanted[1], f"device {device} pinned by {who}")
 
 
 def _plan_cpu_fallback(p: _Planner) -> None:
@@ -151,13 +269,7 @@ def _plan_cpu_fallback(p: _Planner) -> None:
     if not p.route.allow_cpu:
         return
     if not p.attempts:
-        p.add(
-            "cpu",
-            "cpu",
-            f"fallback to cpu: {p.removed[-1]}; allow_cpu is true"
-            if p.removed
-            else "fallback to cpu: allow_cpu is true",
-        )
+        _substitute_cpu(p, p.route.device)
     elif p.route.on_failure == "next":
         p.add(
             "cpu",
@@ -169,14 +281,43 @@ def _plan_cpu_fallback(p: _Planner) -> None:
         p.removed.append("cpu fallback: on_failure is return_error")
 
 
+def _substitute_cpu(p: _Planner, device: str) -> None:
+    """The candidate's device is missing: run it on the CPU instead, where allowed."""
+    if "cpu" not in p.usable or not p.route.allow_cpu:
+        return
+    last = p.removed[-1].removeprefix(p.prefix) if p.removed else ""
+    # The CPU stands in for the missing device: not a failure, so not listed as skipped.
+    p.skipped = [s for s in p.skipped if not s.startswith(f"{p.model} on {device}:")]
+    p.add(
+        "cpu",
+        "cpu",
+        f"fallback to cpu: {last}; allow_cpu is true"
+        if last
+        else "fallback to cpu: allow_cpu is true",
+    )
+
+
 def _no_device_error(p: _Planner) -> DeviceUnavailableError:
-    if p.route.allow_cpu:
+    route, task = p.route, p.task
+    if p.traits.engine == REMOTE_ENGINE and not route.fallback:
+        return DeviceUnavailableError(
+            f"route {task!r} runs only on the remote model {route.model!r}, which is left out: "
+            f"{'; '.join(p.removed)}: add a local model to routes.{task}.fallback",
+            tuple(p.removed),
+        )
+    if route.fallback:
+        return DeviceUnavailableError(
+            f"route {task!r}: no attempt can run here (found: {p.found}): "
+            f"{'; '.join(p.removed)}: change routes.{task}.device or routes.{task}.fallback",
+            tuple(p.removed),
+        )
+    if route.allow_cpu:
         policy = "and no other device that can run this model is allowed"
     else:
-        policy = f"and the fallback to cpu is forbidden by routes.{p.task}.allow_cpu: false"
+        policy = f"and the fallback to cpu is forbidden by routes.{task}.allow_cpu: false"
     return DeviceUnavailableError(
-        f"route {p.task!r} needs device {p.route.device!r}, which is not usable here "
+        f"route {task!r} needs device {route.device!r}, which is not usable here "
         f"(found: {p.found}), {policy}: declare the device (ZEST_EMULATE_DEVICES, e.g. "
-        f"npu=cpu:1, for an emulated one) or change routes.{p.task}.device",
+        f"npu=cpu:1, for an emulated one) or change routes.{task}.device",
         tuple(p.removed),
     )

@@ -8,16 +8,21 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "DEVICES",
+    "ContextPolicy",
+    "FallbackEntry",
     "LlamaCppModel",
     "LlamaCppOptions",
     "ModelConfig",
     "OnnxGenaiModel",
     "OnnxGenaiOptions",
+    "RemoteModel",
+    "RemoteTimeouts",
     "RouteConfig",
+    "RouteTimeouts",
     "RoutesFile",
     "Sampling",
 ]
@@ -26,6 +31,8 @@ DEVICES: tuple[str, ...] = ("cpu", "gpu", "npu", "auto", "hybrid")
 _SPLIT_DEVICE = re.compile(r"^(cpu|gpu|npu)->(cpu|gpu|npu)$")
 # Task and model names appear in URLs and headers: keep them to a safe alphabet.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_BASE_URL = re.compile(r"^https?://[^/\s]+(/\S*)?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 SOURCE_PATTERNS = {
     "pkg": re.compile(r"^pkg:[A-Za-z0-9._-]+/.+$"),
     "hf": re.compile(r"^hf:[A-Za-z0-9._-]+/[A-Za-z0-9._-]+/.+$"),
@@ -93,9 +100,62 @@ class OnnxGenaiModel(_ModelBase):
     options: OnnxGenaiOptions = OnnxGenaiOptions()
 
 
+class RemoteTimeouts(_Strict):
+    """httpx timeouts towards the upstream, in seconds."""
+
+    connect_s: float = Field(default=5.0, gt=0, le=600)
+    # Longest wait for the next bytes of a response (the first token included).
+    read_s: float = Field(default=60.0, gt=0, le=3600)
+
+
+class RemoteModel(_Strict):
+    """A model served by an OpenAI-compatible upstream (vLLM, llama.cpp server, Ollama, ...)."""
+
+    engine: Literal["remote"]
+    base_url: str
+    model: str
+    # The NAME of an environment variable holding the key: a key never belongs in routes.yaml.
+    api_key_env: str | None = None
+    # The upstream's context, for zest's approximate budgets; None: the upstream enforces it.
+    context_length: int | None = Field(default=None, ge=16, le=1_048_576)
+    timeouts: RemoteTimeouts = RemoteTimeouts()
+    # Retries on 429 and 5xx before the first token (Retry-After is honoured).
+    retries: int = Field(default=2, ge=0, le=10)
+    backoff_s: float = Field(default=0.5, ge=0, le=60)
+    # A Retry-After longer than this is not waited for: the attempt fails as overloaded.
+    max_retry_wait_s: float = Field(default=10.0, ge=0, le=600)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, url: str) -> str:
+        if not _BASE_URL.match(url):
+            raise ValueError(
+                f"invalid base_url {url!r}: write the upstream's OpenAI API root, "
+                "such as http://127.0.0.1:9000/v1"
+            )
+        if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+            raise ValueError(
+                "base_url carries credentials: remove them and name an environment variable "
+                "holding the key with api_key_env"
+            )
+        return url.rstrip("/")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _check_api_key_env(cls, name: str | None) -> str | None:
+        if name is not None and not _ENV_NAME.match(name):
+            raise ValueError(
+                f"api_key_env must name an environment variable (such as UPSTREAM_API_KEY), "
+                f"not hold the key: got a value of {len(name)} characters that is not a "
+                "variable name"
+            )
+        return name
+
+
 # One entry per engine; `engine` is the discriminator. Later engines join this union.
-ModelConfig = Annotated[LlamaCppModel | OnnxGenaiModel, Field(discriminator="engine")]
-ENGINES: tuple[str, ...] = ("llamacpp", "onnx-genai")
+ModelConfig = Annotated[LlamaCppModel | OnnxGenaiModel | RemoteModel, Field(discriminator="engine")]
+ENGINES: tuple[str, ...] = ("llamacpp", "onnx-genai", "remote")
+REMOTE_ENGINE = "remote"
 
 
 class Sampling(_Strict):
@@ -108,6 +168,58 @@ class Sampling(_Strict):
     repeat_penalty: float = Field(default=1.0, gt=0.0)
     seed: int | None = None
     stop: tuple[str, ...] = ()
+
+
+def _check_device_value(device: str) -> str:
+    split = _SPLIT_DEVICE.match(device)
+    if device in DEVICES or (split and split[1] != split[2]):
+        return device
+    raise ValueError(
+        f"invalid device {device!r}: use cpu, gpu, npu, auto, hybrid, or PREFILL->DECODE "
+        "with two different devices, such as npu->gpu"
+    )
+
+
+class ContextPolicy(_Strict):
+    """How long a prompt may be, and what happens to one that is longer."""
+
+    # Prompt tokens allowed, counted with the serving model's tokenizer after its chat
+    # template; None: only the model's context limits the prompt.
+    max_prompt_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
+    on_overflow: Literal["trim", "reject", "fallback"] = "reject"
+    # turns: drop the oldest whole turns (chat); middle: cut the middle of the newest input.
+    # Default: turns for chat routes, middle for completion routes.
+    trim: Literal["turns", "middle"] | None = None
+
+
+class FallbackEntry(_Strict):
+    """One more attempt after the route's own: a model, placed like the route's model."""
+
+    model: str
+    # Local models: as a route's device (default auto); remote models take none.
+    device: str | None = None
+
+    @field_validator("device")
+    @classmethod
+    def _check_device(cls, device: str | None) -> str | None:
+        return None if device is None else _check_device_value(device)
+
+
+class RouteTimeouts(_Strict):
+    """Per-attempt wait for the first token, and the whole request's limit, in seconds."""
+
+    first_token_s: float | None = Field(default=None, gt=0, le=3600)
+    total_s: float | None = Field(default=None, gt=0, le=86400)
+
+    @model_validator(mode="after")
+    def _check_order(self) -> RouteTimeouts:
+        first, total = self.first_token_s, self.total_s
+        if first is not None and total is not None and first > total:
+            raise ValueError(
+                f"first_token_s ({first:g}) is longer than total_s ({total:g}): the first "
+                "token could never arrive in time; lower first_token_s or raise total_s"
+            )
+        return self
 
 
 class RouteConfig(_Strict):
@@ -125,17 +237,23 @@ class RouteConfig(_Strict):
     system_prompt: str | None = None
     description: str = ""
     sampling: Sampling = Sampling()
+    context: ContextPolicy = ContextPolicy()
+    # Attempts after the route's own (and its cpu fallback), in order.
+    fallback: tuple[FallbackEntry, ...] = ()
+    # local_only (the default): nothing of this route ever reaches a remote engine.
+    privacy: Literal["local_only", "allow_remote"] = "local_only"
+    timeouts: RouteTimeouts = RouteTimeouts()
 
     @field_validator("device")
     @classmethod
     def _check_device(cls, device: str) -> str:
-        split = _SPLIT_DEVICE.match(device)
-        if device in DEVICES or (split and split[1] != split[2]):
-            return device
-        raise ValueError(
-            f"invalid device {device!r}: use cpu, gpu, npu, auto, hybrid, or PREFILL->DECODE "
-            "with two different devices, such as npu->gpu"
-        )
+        return _check_device_value(device)
+
+    @property
+    def trim_mode(self) -> Literal["turns", "middle"]:
+        if self.context.trim is not None:
+            return self.context.trim
+        return "turns" if self.kind == "chat" else "middle"
 
     @field_validator("system_prompt")
     @classmethod

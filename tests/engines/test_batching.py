@@ -122,7 +122,7 @@ def test_a_full_queue_refuses_with_retry_after_and_priority_orders_admission() -
     refused = asyncio.run(scenario())
     asyncio.run(engine.close())
     assert refused.status_code == 429
-    assert refused.headers() == {"retry-after": "1"}
+    assert refused.headers == {"retry-after": "1"}
     assert refused.message == (
         "the model's queue is full (2 requests waiting): retry shortly, or raise "
         "options.max_queue in routes.yaml"

@@ -44,8 +44,9 @@ def test_a_misspelt_route_key_suggests_the_right_one() -> None:
     text = VALID.replace("model: smollm2}", "model: smollm2, devcie: cpu}")
     assert problems(text) == [
         "routes.yaml: routes.chat.devcie: unknown key 'devcie': did you mean 'device'? "
-        "(allowed: allow_cpu, description, device, hybrid_min_prompt_tokens, kind, max_tokens, "
-        "model, on_failure, priority, sampling, system_prompt)"
+        "(allowed: allow_cpu, context, description, device, fallback, hybrid_min_prompt_tokens, "
+        "kind, max_tokens, model, on_failure, priority, privacy, sampling, system_prompt, "
+        "timeouts)"
     ]
 
 
@@ -67,14 +68,14 @@ def test_an_unknown_model_reference_lists_the_known_models() -> None:
 
 def test_an_unknown_engine_lists_the_known_engines() -> None:
     assert problems(VALID.replace("engine: llamacpp", "engine: llama")) == [
-        "routes.yaml: models.smollm2: unknown engine 'llama' (known: llamacpp, onnx-genai)"
+        "routes.yaml: models.smollm2: unknown engine 'llama' (known: llamacpp, onnx-genai, remote)"
     ]
 
 
 def test_a_missing_engine_key() -> None:
     assert problems(VALID.replace("engine: llamacpp, ", "")) == [
         "routes.yaml: models.smollm2: missing required key 'engine' "
-        "(known engines: llamacpp, onnx-genai)"
+        "(known engines: llamacpp, onnx-genai, remote)"
     ]
 
 
@@ -253,4 +254,240 @@ def test_provider_option_values_must_be_strings() -> None:
     assert problems(text) == [
         "routes.yaml: models.smollm2.options.provider_options.a: "
         "input should be a valid string, got 1"
+    ]
+
+
+# --- policies: context budgets, fallback chains, privacy, timeouts, remote models -------------
+
+POLICIES = """\
+version: 1
+models:
+  smollm2: {engine: llamacpp, source: m.gguf}
+  upstream: {engine: remote, base_url: 'http://127.0.0.1:9000/v1/', model: llama-3.1-8b}
+routes:
+  chat:
+    kind: chat
+    model: smollm2
+    privacy: allow_remote
+    context: {max_prompt_tokens: 6000, on_overflow: trim}
+    fallback: [{model: smollm2, device: cpu}, {model: upstream}]
+    timeouts: {first_token_s: 5, total_s: 60}
+"""
+
+
+def test_the_policy_keys_take_their_documented_values() -> None:
+    config = parse_routes(POLICIES, "routes.yaml")
+    route = config.routes["chat"]
+    assert (route.context.max_prompt_tokens, route.context.on_overflow) == (6000, "trim")
+    assert route.trim_mode == "turns"
+    assert [(e.model, e.device) for e in route.fallback] == [("smollm2", "cpu"), ("upstream", None)]
+    assert (route.timeouts.first_token_s, route.timeouts.total_s) == (5, 60)
+    upstream = config.models["upstream"]
+    assert upstream.engine == "remote"
+    assert upstream.base_url == "http://127.0.0.1:9000/v1"  # the trailing slash is dropped
+    assert (upstream.retries, upstream.timeouts.connect_s, upstream.api_key_env) == (2, 5.0, None)
+
+
+def test_policy_defaults_are_the_safe_ones() -> None:
+    route = parse_routes(VALID, "routes.yaml").routes["chat"]
+    assert route.privacy == "local_only"
+    assert route.context.on_overflow == "reject"
+    assert route.context.max_prompt_tokens is None
+    assert route.fallback == ()
+    assert (route.timeouts.first_token_s, route.timeouts.total_s) == (None, None)
+
+
+def test_a_completion_route_trims_the_middle_by_default() -> None:
+    text = VALID.replace("kind: chat", "kind: completion")
+    assert parse_routes(text, "routes.yaml").routes["chat"].trim_mode == "middle"
+
+
+def test_a_local_only_route_may_not_reach_a_remote_model() -> None:
+    assert problems(POLICIES.replace("privacy: allow_remote", "privacy: local_only")) == [
+        "routes.yaml: routes.chat.fallback.1.model: 'upstream' is a remote model, but "
+        "routes.chat.privacy is local_only (the default): set privacy: allow_remote to let "
+        "this route's prompts leave the machine, or use a local model"
+    ]
+
+
+def test_local_only_is_the_default_privacy() -> None:
+    text = POLICIES.replace("    privacy: allow_remote\n", "").replace(
+        "model: smollm2\n", "model: upstream\n"
+    )
+    assert problems(text) == [
+        "routes.yaml: routes.chat.model: 'upstream' is a remote model, but routes.chat.privacy "
+        "is local_only (the default): set privacy: allow_remote to let this route's prompts "
+        "leave the machine, or use a local model",
+        "routes.yaml: routes.chat.fallback.1.model: 'upstream' is a remote model, but "
+        "routes.chat.privacy is local_only (the default): set privacy: allow_remote to let "
+        "this route's prompts leave the machine, or use a local model",
+    ]
+
+
+def test_a_fallback_entry_must_name_a_known_model() -> None:
+    assert problems(POLICIES.replace("{model: upstream}", "{model: upstrem}")) == [
+        "routes.yaml: routes.chat.fallback.1.model: unknown model 'upstrem' "
+        "(known: smollm2, upstream)"
+    ]
+
+
+def test_a_misspelt_fallback_key_suggests_the_right_one() -> None:
+    assert problems(POLICIES.replace("device: cpu}", "devcie: cpu}")) == [
+        "routes.yaml: routes.chat.fallback.0.devcie: unknown key 'devcie': did you mean "
+        "'device'? (allowed: device, model)"
+    ]
+
+
+def test_a_remote_model_takes_no_device() -> None:
+    assert problems(POLICIES.replace("{model: upstream}", "{model: upstream, device: gpu}")) == [
+        "routes.yaml: routes.chat.fallback.1.device: model 'upstream' is remote and runs on no "
+        "local device: remove the device key"
+    ]
+
+
+def test_a_fallback_entry_respects_allow_cpu() -> None:
+    text = POLICIES.replace("privacy: allow_remote", "privacy: allow_remote\n    allow_cpu: false")
+    assert problems(text) == [
+        "routes.yaml: routes.chat.fallback.0.device: 'cpu' runs on cpu, but "
+        "routes.chat.allow_cpu is false: choose another device or set allow_cpu to true"
+    ]
+
+
+def test_a_fallback_chain_needs_on_failure_next() -> None:
+    text = POLICIES.replace(
+        "privacy: allow_remote", "privacy: allow_remote\n    on_failure: return_error"
+    )
+    assert problems(text) == [
+        "routes.yaml: routes.chat.fallback: on_failure is return_error, so no fallback would "
+        "ever be tried: set on_failure: next or remove fallback"
+    ]
+
+
+def test_on_overflow_fallback_needs_a_fallback_chain() -> None:
+    text = VALID.replace("model: smollm2}", "model: smollm2, context: {on_overflow: fallback}}")
+    assert problems(text) == [
+        "routes.yaml: routes.chat.context.on_overflow: fallback, but the route has no fallback "
+        "entries: add fallback or use trim or reject"
+    ]
+
+
+def test_turns_cannot_be_trimmed_from_a_completion_prompt() -> None:
+    text = VALID.replace(
+        "kind: chat, model: smollm2}", "kind: completion, model: smollm2, context: {trim: turns}}"
+    )
+    assert problems(text) == [
+        "routes.yaml: routes.chat.context.trim: turns needs a chat route (messages): use middle "
+        "for completion routes"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        (
+            "{on_overflow: drop}",
+            "routes.chat.context.on_overflow: invalid value 'drop' (expected one of: trim, "
+            "reject, fallback)",
+        ),
+        (
+            "{trim: oldest}",
+            "routes.chat.context.trim: invalid value 'oldest' (expected one of: turns, middle)",
+        ),
+        (
+            "{max_prompt_tokens: 0}",
+            "routes.chat.context.max_prompt_tokens: input should be greater than or equal to 1, "
+            "got 0",
+        ),
+        (
+            "{max_tokens: 10}",
+            "routes.chat.context.max_tokens: unknown key 'max_tokens': did you mean "
+            "'max_prompt_tokens'? (allowed: max_prompt_tokens, on_overflow, trim)",
+        ),
+    ],
+)
+def test_context_policy_errors(context: str, message: str) -> None:
+    text = VALID.replace("model: smollm2}", f"model: smollm2, context: {context}}}")
+    assert problems(text) == [f"routes.yaml: {message}"]
+
+
+def test_privacy_takes_two_values() -> None:
+    text = VALID.replace("model: smollm2}", "model: smollm2, privacy: private}")
+    assert problems(text) == [
+        "routes.yaml: routes.chat.privacy: invalid value 'private' "
+        "(expected one of: local_only, allow_remote)"
+    ]
+
+
+def test_a_first_token_timeout_longer_than_the_total_is_refused() -> None:
+    text = POLICIES.replace("first_token_s: 5", "first_token_s: 90")
+    assert problems(text) == [
+        "routes.yaml: routes.chat.timeouts: first_token_s (90) is longer than total_s (60): the "
+        "first token could never arrive in time; lower first_token_s or raise total_s"
+    ]
+
+
+def test_a_misspelt_timeout_key() -> None:
+    text = POLICIES.replace("first_token_s: 5", "first_token: 5")
+    assert problems(text) == [
+        "routes.yaml: routes.chat.timeouts.first_token: unknown key 'first_token': did you mean "
+        "'first_token_s'? (allowed: first_token_s, total_s)"
+    ]
+
+
+def test_a_key_written_in_the_file_is_refused_without_echoing_it() -> None:
+    text = POLICIES.replace("model: llama-3.1-8b}", "model: llama-3.1-8b, api_key: sk-secret}")
+    assert problems(text) == [
+        "routes.yaml: models.upstream.api_key: 'api_key' is refused: a key must not be written "
+        "in routes.yaml: put it in an environment variable and name that variable with "
+        "api_key_env"
+    ]
+
+
+def test_api_key_env_must_be_a_variable_name_not_a_key() -> None:
+    text = POLICIES.replace(
+        "model: llama-3.1-8b}", "model: llama-3.1-8b, api_key_env: sk-secret-1}"
+    )
+    [problem] = problems(text)
+    assert problem == (
+        "routes.yaml: models.upstream.api_key_env: api_key_env must name an environment "
+        "variable (such as UPSTREAM_API_KEY), not hold the key: got a value of 11 characters "
+        "that is not a variable name"
+    )
+    assert "sk-secret" not in problem
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "127.0.0.1:9000/v1",
+            "invalid base_url '127.0.0.1:9000/v1': write the upstream's OpenAI API root, such "
+            "as http://127.0.0.1:9000/v1",
+        ),
+        (
+            "http://user:pw@127.0.0.1:9000/v1",
+            "base_url carries credentials: remove them and name an environment variable holding "
+            "the key with api_key_env",
+        ),
+    ],
+)
+def test_remote_base_url_errors(url: str, message: str) -> None:
+    text = POLICIES.replace("'http://127.0.0.1:9000/v1/'", f"'{url}'")
+    assert problems(text) == [f"routes.yaml: models.upstream.base_url: {message}"]
+
+
+def test_a_misspelt_remote_key_lists_the_remote_keys() -> None:
+    text = POLICIES.replace("model: llama-3.1-8b}", "model: llama-3.1-8b, retry: 3}")
+    assert problems(text) == [
+        "routes.yaml: models.upstream.retry: unknown key 'retry': did you mean 'retries'? "
+        "(allowed: api_key_env, backoff_s, base_url, context_length, engine, max_retry_wait_s, "
+        "model, retries, timeouts)"
+    ]
+
+
+def test_a_remote_model_needs_base_url_and_model() -> None:
+    text = POLICIES.replace(", base_url: 'http://127.0.0.1:9000/v1/', model: llama-3.1-8b", "")
+    assert problems(text) == [
+        "routes.yaml: models.upstream.base_url: missing required key 'base_url': add it",
+        "routes.yaml: models.upstream.model: missing required key 'model': add it",
     ]

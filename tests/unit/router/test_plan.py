@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 
 from router import (
+    REMOTE_DEVICE,
     BadRequestError,
     Device,
+    DeviceUnavailableError,
+    ModelTraits,
+    Plan,
     RouteConfig,
     ServiceUnavailableError,
     UnknownTaskError,
@@ -193,3 +197,182 @@ def test_models_are_addressable_only_when_exposed() -> None:
         find_route("small", "chat", ROUTES)
     exposed = ROUTES.model_copy(update={"expose_models": True})
     assert find_route("small", "completion", exposed).kind == "completion"
+
+
+# --- fallback chains, remote models, strict privacy --------------------------------------------
+
+TRAITS = {
+    "small": ModelTraits("llamacpp", can_split=True),
+    "tiny": ModelTraits("llamacpp", can_split=True),
+    "upstream": ModelTraits("remote"),
+}
+
+
+def chain(r: RouteConfig, found: dict[str, Device], **kw: object) -> Plan:
+    return plan_route(
+        "t",
+        r,
+        engine=TRAITS[r.model].engine,
+        can_split=TRAITS[r.model].can_split,
+        devices=found,
+        models=TRAITS,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_the_chain_follows_the_route_and_its_cpu_fallback() -> None:
+    r = route(
+        device="npu",
+        privacy="allow_remote",
+        fallback=[{"model": "tiny", "device": "cpu"}, {"model": "upstream"}],
+    )
+    result = chain(r, devices(CPU, NPU))
+    assert [(a.model, a.device, a.engine, a.reason) for a in result.attempts] == [
+        ("small", "npu(emulated)", "llamacpp", "device npu pinned by the route"),
+        (
+            "small",
+            "cpu",
+            "llamacpp",
+            "fallback to cpu if npu(emulated) fails before the first token "
+            "(on_failure: next, allow_cpu: true)",
+        ),
+        ("tiny", "cpu", "llamacpp", "fallback 1 (tiny): device cpu pinned by the fallback entry"),
+        (
+            "upstream",
+            "remote",
+            "remote",
+            "fallback 2 (upstream): remote model: an OpenAI-compatible upstream",
+        ),
+    ]
+    assert result.attempts[3].remote
+    assert result.attempts[3].placement.decode == REMOTE_DEVICE
+
+
+def test_a_remote_model_is_never_placed_on_the_cpu() -> None:
+    r = RouteConfig.model_validate(
+        {"kind": "chat", "model": "upstream", "privacy": "allow_remote", "device": "auto"}
+    )
+    result = chain(r, devices(CPU, NPU, GPU))
+    assert [(a.device, a.reason) for a in result.attempts] == [
+        ("remote", "remote model: an OpenAI-compatible upstream")
+    ]
+
+
+def test_chain_entries_use_the_auto_cost_model() -> None:
+    r = route(device="cpu", fallback=[{"model": "tiny"}])
+    result = chain(r, devices(CPU, NPU, GPU), load={"gpu": 2, "npu": 0})
+    assert [(a.model, a.device) for a in result.attempts] == [
+        ("small", "cpu"),
+        ("tiny", "npu(emulated)"),
+    ]
+    assert result.attempts[1].reason == (
+        "fallback 1 (tiny): auto: prompt of 0 tokens < 512; shortest queue, fastest first "
+        "(queued: gpu 2, npu 0, cpu 0)"
+    )
+
+
+def test_a_duplicate_chain_entry_is_left_out() -> None:
+    r = route(device="npu", fallback=[{"model": "small", "device": "cpu"}])
+    result = chain(r, devices(CPU, NPU))
+    assert [a.device for a in result.attempts] == ["npu(emulated)", "cpu"]
+    assert result.removed == ("fallback 1 (small): cpu: already attempt 2",)
+
+
+def test_an_unplaceable_route_gives_way_to_its_chain_and_says_so() -> None:
+    r = route(
+        device="npu", allow_cpu=False, privacy="allow_remote", fallback=[{"model": "upstream"}]
+    )
+    result = chain(r, devices(CPU))
+    [attempt] = result.attempts
+    assert attempt.model == "upstream"
+    assert attempt.skipped == (
+        "small on npu: device unavailable: npu is not available (found: cpu)",
+    )
+    assert result.removed == ("npu: npu is not available (found: cpu)",)
+
+
+def test_a_chain_entry_on_a_missing_device_runs_on_cpu_when_allowed() -> None:
+    r = route(device="cpu", fallback=[{"model": "tiny", "device": "gpu"}])
+    result = chain(r, devices(CPU))
+    assert [(a.model, a.device, a.reason, a.skipped) for a in result.attempts] == [
+        ("small", "cpu", "device cpu pinned by the route", ()),
+        (
+            "tiny",
+            "cpu",
+            "fallback 1 (tiny): fallback to cpu: gpu: gpu is not available (found: cpu); "
+            "allow_cpu is true",
+            (),
+        ),
+    ]
+
+
+def test_allow_cpu_false_keeps_chain_entries_off_the_cpu() -> None:
+    r = route(device="npu", allow_cpu=False, fallback=[{"model": "tiny"}])
+    result = chain(r, devices(CPU, NPU))
+    assert [(a.model, a.device) for a in result.attempts] == [
+        ("small", "npu(emulated)"),
+        ("tiny", "npu(emulated)"),
+    ]
+    assert "cpu" not in {d.name for a in result.attempts for d in a.placement.devices}
+
+
+def test_strict_privacy_removes_every_remote_attempt() -> None:
+    r = route(
+        device="cpu", privacy="allow_remote", fallback=[{"model": "upstream"}, {"model": "tiny"}]
+    )
+    result = chain(r, devices(CPU), strict_privacy=True)
+    assert [(a.model, a.device) for a in result.attempts] == [("small", "cpu"), ("tiny", "cpu")]
+    assert result.removed == (
+        "fallback 1 (upstream): remote: ZEST_PRIVACY=strict: no remote engine may be reached",
+    )
+    assert result.attempts[1].skipped == (
+        "upstream on remote: privacy: ZEST_PRIVACY=strict: no remote engine may be reached",
+    )
+
+
+def test_strict_privacy_on_a_remote_only_route_is_a_503_naming_the_policy() -> None:
+    r = RouteConfig.model_validate({"kind": "chat", "model": "upstream", "privacy": "allow_remote"})
+    with pytest.raises(DeviceUnavailableError) as info:
+        chain(r, devices(CPU), strict_privacy=True)
+    assert info.value.message == (
+        "route 't' runs only on the remote model 'upstream', which is left out: remote: "
+        "ZEST_PRIVACY=strict: no remote engine may be reached: add a local model to "
+        "routes.t.fallback"
+    )
+    assert info.value.removed == ("remote: ZEST_PRIVACY=strict: no remote engine may be reached",)
+
+
+def test_a_local_only_route_never_plans_a_remote_attempt() -> None:
+    # Validation refuses such a file; the planner holds the line too.
+    r = route(device="cpu", fallback=[{"model": "upstream"}])
+    result = chain(r, devices(CPU))
+    assert [a.model for a in result.attempts] == ["small"]
+    assert result.removed == ("fallback 1 (upstream): remote: route 't' is local_only",)
+
+
+def test_a_chain_that_cannot_run_anywhere_names_every_reason() -> None:
+    r = route(device="npu", allow_cpu=False, fallback=[{"model": "tiny", "device": "gpu"}])
+    with pytest.raises(DeviceUnavailableError) as info:
+        chain(r, devices(CPU))
+    assert info.value.message == (
+        "route 't': no attempt can run here (found: cpu): npu: npu is not available "
+        "(found: cpu); fallback 1 (tiny): gpu: gpu is not available (found: cpu): change "
+        "routes.t.device or routes.t.fallback"
+    )
+
+
+def test_an_exposed_remote_model_may_reach_its_upstream() -> None:
+    routes = parse_routes(
+        """\
+version: 1
+expose_models: true
+models:
+  small: {engine: llamacpp, source: m.gguf}
+  upstream: {engine: remote, base_url: 'http://127.0.0.1:9/v1', model: x}
+routes:
+  chat: {kind: chat, model: small}
+""",
+        "routes.yaml",
+    )
+    assert find_route("upstream", "chat", routes).privacy == "allow_remote"
+    assert find_route("small", "chat", routes).privacy == "local_only"

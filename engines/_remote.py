@@ -1,0 +1,382 @@
+"""The remote engine: an OpenAI-compatible upstream (vLLM, llama.cpp server, Ollama, Lemonade)
+over httpx, its deltas streamed through as they arrive.
+
+At this boundary:
+- privacy: a job of a local_only route is refused, and so is everything while
+  ZEST_PRIVACY=strict, before any byte leaves the machine (the planner already keeps such
+  attempts out; this is the second line of defence);
+- retries: a 429 or 5xx answer is retried with exponential backoff, honouring Retry-After, up to
+  `retries` times and only before the first token; a Retry-After longer than
+  `max_retry_wait_s` is not waited for;
+- errors: the upstream's errors become zest's (`translate_status`), foreign ones are chained;
+- logs: never the prompt, the completion or the key.
+
+Remote models have no local tokenizer: zest budgets them with an approximate count (see
+policies.approximate_tokens) and reports the upstream's own usage figures when it sends them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from engines._base import (
+    Delta,
+    Engine,
+    EngineInfo,
+    FinishReason,
+    GenerationJob,
+    Message,
+    StageStats,
+)
+from router import (
+    BadRequestError,
+    ContextLengthExceededError,
+    EngineError,
+    GatewayTimeoutError,
+    OverloadedError,
+    Placement,
+    PrivacyError,
+    RemoteModel,
+    RequestError,
+    ServiceUnavailableError,
+    UpstreamRejectedError,
+)
+
+__all__ = ["RemoteEngine", "privacy_is_strict", "retry_delay", "translate_status"]
+
+log = logging.getLogger("zest.engines")
+_CONTEXT_HINTS = ("context length", "context window", "context_length", "maximum context")
+
+
+def privacy_is_strict() -> bool:
+    """ZEST_PRIVACY=strict, read here too so that the engine refuses on its own authority."""
+    return os.environ.get("ZEST_PRIVACY", "").strip().lower() == "strict"
+
+
+class RemoteEngine(Engine):
+    name = "remote"
+    supports_split = False
+    has_tokenizer = False
+
+    def __init__(
+        self, model_id: str, config: RemoteModel, base_dir: Path, placement: Placement
+    ) -> None:
+        self.model_id, self.config, self.placement = model_id, config, placement
+        self._client: httpx.AsyncClient | None = None
+        self._headers: dict[str, str] = {}
+        self._pending = 0
+
+    def load(self) -> EngineInfo:
+        """Check what can be checked without a request: privacy and the key's variable."""
+        self._refuse_if_strict()
+        name = self.config.api_key_env
+        if name is not None:
+            key = os.environ.get(name)
+            if not key:
+                raise ServiceUnavailableError(
+                    f"model {self.model_id!r}: the environment variable {name} "
+                    f"(models.{self.model_id}.api_key_env) is not set: export it before "
+                    "starting zest",
+                    code="engine_not_configured",
+                )
+            self._headers = {"authorization": f"Bearer {key}"}
+        return self.info()
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(
+            engine=self.name,
+            model=self.model_id,
+            device=self.placement.label,
+            backend=f"OpenAI-compatible upstream {self.config.base_url} "
+            f"(model {self.config.model})",
+            context_length=self.config.context_length or 0,
+            source=self.config.base_url,
+        )
+
+    def render_chat(self, messages: list[Message]) -> str:
+        raise EngineError(f"model {self.model_id!r} is remote: it has no local chat template")
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        raise EngineError(f"model {self.model_id!r} is remote: it has no local tokenizer")
+
+    def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+        return self._stream(job)
+
+    def pending(self) -> int:
+        return self._pending
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # --- one request -------------------------------------------------------------------------
+
+    async def _stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+        self._refuse_if_strict()
+        if job.privacy != "allow_remote":
+            raise PrivacyError(
+                f"model {self.model_id!r} is remote and this request's route is local_only: "
+                "its prompt may not leave the machine"
+            )
+        self._pending += 1
+        started = time.perf_counter()
+        try:
+            response = await self._open(job)
+            try:
+                async for delta in _Reader(job, started, self.config.base_url).read(response):
+                    yield delta
+            finally:
+                await response.aclose()
+        finally:
+            self._pending -= 1
+
+    def _refuse_if_strict(self) -> None:
+        if privacy_is_strict():
+            raise PrivacyError(
+                f"model {self.model_id!r} is remote and ZEST_PRIVACY=strict: no remote engine "
+                "may be reached"
+            )
+
+    def _client_now(self) -> httpx.AsyncClient:
+        # Created on first use, in the event loop that serves requests.
+        if self._client is None:
+            timeouts = self.config.timeouts
+            self._client = httpx.AsyncClient(
+                base_url=self.config.base_url,
+                headers=self._headers,
+                timeout=httpx.Timeout(timeouts.read_s, connect=timeouts.connect_s),
+            )
+        return self._client
+
+    async def _open(self, job: GenerationJob) -> httpx.Response:
+        """POST the request; retry 429/5xx before the first token; return a 200 response."""
+        client = self._client_now()
+        path = "/completions" if job.text is not None else "/chat/completions"
+        retries = self.config.retries
+        for attempt in range(retries + 1):
+            request = client.build_request("POST", path, json=self._body(job))
+            response = await self._send(client, request)
+            if response.status_code == 200:
+                return response
+            body = await response.aread()
+            await response.aclose()
+            error = translate_status(response.status_code, body, self.model_id, self.config)
+            delay = retry_delay(response, attempt, self.config)
+            if delay is None or attempt == retries:
+                raise _spent(error, attempt)
+            log.warning(
+                "%s: upstream %s answered %d; retry %d of %d in %.2fs",
+                job.label or "job",
+                self.config.base_url,
+                response.status_code,
+                attempt + 1,
+                retries,
+                delay,
+            )
+            await asyncio.sleep(delay)
+        raise AssertionError("the loop returns or raises")
+
+    async def _send(self, client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+        url = self.config.base_url
+        try:
+            return await client.send(request, stream=True)
+        except httpx.ReadTimeout as exc:
+            raise GatewayTimeoutError(
+                f"upstream {url} sent no answer within {self.config.timeouts.read_s:g}s "
+                f"(models.{self.model_id}.timeouts.read_s)",
+                code="first_token_timeout",
+            ) from exc
+        except httpx.TransportError as exc:
+            raise ServiceUnavailableError(
+                f"upstream {url} is unreachable: {type(exc).__name__}: {exc}",
+                code="upstream_unreachable",
+            ) from exc
+
+    def _body(self, job: GenerationJob) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": job.max_tokens,
+            "temperature": job.temperature,
+            "top_p": job.top_p,
+            "frequency_penalty": job.frequency_penalty,
+            "presence_penalty": job.presence_penalty,
+        }
+        if job.text is not None:
+            body["prompt"] = job.text
+        else:
+            body["messages"] = [dict(m) for m in job.messages]
+        if job.stop:
+            body["stop"] = list(job.stop)
+        if job.seed is not None:
+            body["seed"] = job.seed
+        return body
+
+
+def _spent(error: RequestError, attempt: int) -> RequestError:
+    if attempt and isinstance(error, OverloadedError):
+        error.message += f" (after {attempt} retries)"
+    return error
+
+
+def translate_status(status: int, body: bytes, model_id: str, config: RemoteModel) -> RequestError:
+    """zest's error for an upstream's non-200 answer (its message quoted, never our prompt)."""
+    message = _upstream_message(body)
+    where = f"upstream {config.base_url}"
+    if status in {429, 503}:
+        return OverloadedError(f"{where} is overloaded ({status}): {message}")
+    if status >= 500:
+        return EngineError(f"{where} failed ({status}): {message}")
+    if status in (400, 413, 422) and _is_context_error(body, message):
+        return ContextLengthExceededError(f"{where}, model {model_id!r}: {message}")
+    if status in (400, 422):
+        return BadRequestError(f"{where} refused the request ({status}): {message}")
+    if status in (401, 403):
+        return UpstreamRejectedError(
+            f"{where} refused the credentials ({status}): check the key in the variable named "
+            f"by models.{model_id}.api_key_env"
+        )
+    return UpstreamRejectedError(
+        f"{where} answered {status}: {message}: check models.{model_id}.base_url and model"
+    )
+
+
+def _upstream_message(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace").strip()[:300] or "no message"
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])[:300]
+    if isinstance(data, dict) and data.get("detail"):
+        return str(data["detail"])[:300]
+    return str(error or data)[:300]
+
+
+def _is_context_error(body: bytes, message: str) -> bool:
+    return b"context_length_exceeded" in body or any(h in message.lower() for h in _CONTEXT_HINTS)
+
+
+def retry_delay(response: httpx.Response, attempt: int, config: RemoteModel) -> float | None:
+    """Seconds to wait before retrying this answer; None when it is not worth retrying."""
+    status = response.status_code
+    if status != 429 and status < 500:
+        return None
+    after = _retry_after(response.headers.get("retry-after"))
+    if after is None:
+        return min(config.backoff_s * 2.0**attempt, config.max_retry_wait_s)
+    return after if after <= config.max_retry_wait_s else None
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds: a number of seconds or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+class _Reader:
+    """Turns the upstream's SSE stream into Deltas: the first carries the time to first token,
+    the last the finish reason, the counts and the figures."""
+
+    def __init__(self, job: GenerationJob, started: float, url: str) -> None:
+        self.job, self.started, self.url = job, started, url
+        self.first_ms: float | None = None
+        self.first_at = 0.0
+        self.chunks = 0
+        self.finish: FinishReason | None = None
+        self.usage: dict[str, Any] = {}
+
+    async def read(self, response: httpx.Response) -> AsyncIterator[Delta]:
+        done = False
+        try:
+            async for line in response.aiter_lines():
+                data = line.removeprefix("data:").strip() if line.startswith("data:") else None
+                if data == "[DONE]":
+                    done = True
+                    break
+                if data and (text := self._take(json.loads(data))):
+                    yield self._delta(text)
+        except httpx.TransportError as exc:
+            raise EngineError(
+                f"upstream {self.url}: the stream broke: {type(exc).__name__}: {exc}"
+            ) from exc
+        except ValueError as exc:
+            raise EngineError(f"upstream {self.url} sent an invalid event: {exc}") from exc
+        if not done and self.finish is None:
+            raise EngineError(f"upstream {self.url}: the stream ended before it finished")
+        yield self._final()
+
+    def _take(self, event: dict[str, Any]) -> str:
+        """The text of one event; records finish reason and usage; raises on an error event."""
+        if "error" in event:
+            raise EngineError(
+                f"upstream {self.url} failed: {_upstream_message(json.dumps(event).encode())}"
+            )
+        self.usage = event.get("usage") or self.usage
+        choices = event.get("choices") or []
+        if not choices:
+            return ""
+        choice = choices[0]
+        if choice.get("finish_reason"):
+            self.finish = "length" if choice["finish_reason"] == "length" else "stop"
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        return str(text or "")
+
+    def _delta(self, text: str) -> Delta:
+        self.chunks += 1
+        if self.first_ms is None:
+            self.first_at = time.perf_counter()
+            self.first_ms = (self.first_at - self.started) * 1000
+            return Delta(text, stats=StageStats("remote", "remote", self.first_ms))
+        return Delta(text)
+
+    def _final(self) -> Delta:
+        completion = int(self.usage.get("completion_tokens") or self.chunks)
+        prompt = self.usage.get("prompt_tokens")
+        decode_ms = (time.perf_counter() - self.first_at) * 1000 if self.first_ms else 0.0
+        stats = StageStats(
+            "remote",
+            "remote",
+            self.first_ms or 0.0,
+            decode_ms=decode_ms,
+            decode_tokens=max(completion - 1, 0),
+        )
+        log.info(
+            "%s: finish=%s prompt_tokens=%s completion_tokens=%d max_tokens=%d seconds=%.3f",
+            self.job.label or "job",
+            self.finish or "stop",
+            prompt if prompt is not None else "unknown",
+            completion,
+            self.job.max_tokens,
+            time.perf_counter() - self.started,
+        )
+        return Delta(
+            "",
+            finish_reason=self.finish or "stop",
+            completion_tokens=completion,
+            stats=stats,
+            prompt_tokens=int(prompt) if prompt is not None else None,
+        )

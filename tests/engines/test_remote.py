@@ -1,0 +1,209 @@
+"""The remote engine against a real upstream (llama_cpp.server) through the loopback proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engines import Delta, GenerationJob, RemoteEngine
+from router import (
+    REMOTE_DEVICE,
+    EngineError,
+    OverloadedError,
+    Placement,
+    PrivacyError,
+    RemoteModel,
+    RequestError,
+    ServiceUnavailableError,
+)
+from tests.e2e.conftest import free_port
+from tests.upstream import Proxy
+
+HELLO = ({"role": "user", "content": "Say hello."},)
+
+
+def engine(base_url: str, **fields: Any) -> RemoteEngine:
+    config = RemoteModel.model_validate(
+        {"engine": "remote", "base_url": base_url, "model": "smollm2", **fields}
+    )
+    return RemoteEngine("up", config, Path("."), Placement(REMOTE_DEVICE, REMOTE_DEVICE))
+
+
+def job(**fields: Any) -> GenerationJob:
+    defaults: dict[str, Any] = {
+        "prompt_tokens": (),
+        "max_tokens": 6,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "min_p": 0.0,
+        "repeat_penalty": 1.0,
+        "frequency_penalty": 0.0,
+        "presence_penalty": 0.0,
+        "seed": 1,
+        "stop": (),
+        "messages": HELLO,
+        "privacy": "allow_remote",
+    }
+    return GenerationJob(**{**defaults, **fields})
+
+
+def run(remote: RemoteEngine, request: GenerationJob) -> list[Delta]:
+    async def collect() -> list[Delta]:
+        try:
+            return [delta async for delta in remote.stream(request)]
+        finally:
+            await remote.close()
+
+    return asyncio.run(collect())
+
+
+def failure(remote: RemoteEngine, request: GenerationJob) -> RequestError:
+    with pytest.raises(RequestError) as info:
+        run(remote, request)
+    return info.value
+
+
+def test_a_chat_streams_through_with_the_upstreams_figures(proxy: Proxy) -> None:
+    remote = engine(proxy.v1)
+    info = remote.load()
+    assert (info.engine, info.device, info.context_length) == ("remote", "remote", 0)
+    deltas = run(remote, job())
+    assert deltas[0].stats is not None
+    assert (deltas[0].stats.prefill_device, deltas[0].stats.decode_device) == ("remote", "remote")
+    assert "".join(d.text for d in deltas)
+    final = deltas[-1]
+    assert final.finish_reason in {"stop", "length"}
+    assert 1 <= final.completion_tokens <= 6
+    [sent] = proxy.requests
+    assert sent.path == "/v1/chat/completions"
+    assert sent.body["messages"] == list(HELLO)
+    assert (sent.body["model"], sent.body["stream"], sent.body["max_tokens"]) == (
+        "smollm2",
+        True,
+        6,
+    )
+    assert "authorization" not in sent.headers
+
+
+def test_a_completion_prompt_goes_to_the_completions_endpoint(proxy: Proxy) -> None:
+    remote = engine(proxy.v1)
+    remote.load()
+    deltas = run(remote, job(messages=(), text="def square(x):", stop=("\n\n",)))
+    assert deltas[-1].finish_reason in {"stop", "length"}
+    [sent] = proxy.requests
+    assert sent.path == "/v1/completions"
+    assert (sent.body["prompt"], sent.body["stop"]) == ("def square(x):", ["\n\n"])
+
+
+def test_the_key_comes_from_the_named_variable(
+    proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ZEST_TEST_UPSTREAM_KEY", "sk-test-123")
+    remote = engine(proxy.v1, api_key_env="ZEST_TEST_UPSTREAM_KEY")
+    remote.load()
+    run(remote, job())
+    assert proxy.requests[0].headers["authorization"] == "Bearer sk-test-123"
+
+
+def test_a_missing_key_variable_fails_the_load() -> None:
+    remote = engine("http://127.0.0.1:9/v1", api_key_env="ZEST_TEST_NO_SUCH_VARIABLE")
+    with pytest.raises(ServiceUnavailableError) as info:
+        remote.load()
+    assert info.value.message == (
+        "model 'up': the environment variable ZEST_TEST_NO_SUCH_VARIABLE "
+        "(models.up.api_key_env) is not set: export it before starting zest"
+    )
+
+
+def test_a_local_only_job_never_leaves_the_machine(proxy: Proxy) -> None:
+    remote = engine(proxy.v1)
+    remote.load()
+    error = failure(remote, job(privacy="local_only"))
+    assert isinstance(error, PrivacyError)
+    assert error.message == (
+        "model 'up' is remote and this request's route is local_only: its prompt may not "
+        "leave the machine"
+    )
+    assert proxy.requests == []
+
+
+def test_strict_privacy_refuses_to_load_or_to_run(
+    proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = engine(proxy.v1)
+    loaded.load()
+    monkeypatch.setenv("ZEST_PRIVACY", "strict")
+    with pytest.raises(PrivacyError) as info:
+        engine(proxy.v1).load()
+    assert info.value.message == (
+        "model 'up' is remote and ZEST_PRIVACY=strict: no remote engine may be reached"
+    )
+    assert isinstance(failure(loaded, job()), PrivacyError)
+    assert proxy.requests == []
+
+
+def test_429_is_retried_after_the_time_retry_after_asks(proxy: Proxy) -> None:
+    proxy.behaviour.answer_429, proxy.behaviour.retry_after = 2, "1"
+    remote = engine(proxy.v1)
+    remote.load()
+    started = time.monotonic()
+    deltas = run(remote, job())
+    assert time.monotonic() - started >= 2.0  # two waits of Retry-After: 1
+    assert deltas[-1].finish_reason in {"stop", "length"}
+    assert proxy.statuses == [429, 429, 200]
+
+
+def test_retries_are_bounded_and_end_as_overloaded(proxy: Proxy) -> None:
+    proxy.behaviour.answer_429, proxy.behaviour.retry_after = 5, "0"
+    remote = engine(proxy.v1, retries=1)
+    remote.load()
+    error = failure(remote, job())
+    assert isinstance(error, OverloadedError)
+    assert error.message == (
+        f"upstream {proxy.v1} is overloaded (429): slow down (after 1 retries)"
+    )
+    assert proxy.statuses == [429, 429]
+
+
+def test_a_retry_after_beyond_the_limit_is_not_waited_for(proxy: Proxy) -> None:
+    proxy.behaviour.answer_429, proxy.behaviour.retry_after = 1, "3600"
+    remote = engine(proxy.v1)
+    remote.load()
+    assert isinstance(failure(remote, job()), OverloadedError)
+    assert proxy.statuses == [429]
+
+
+def test_an_unreachable_upstream_is_unavailable() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    remote = engine(url)
+    remote.load()
+    error = failure(remote, job())
+    assert type(error) is ServiceUnavailableError
+    assert error.code == "upstream_unreachable"
+    assert error.message.startswith(f"upstream {url} is unreachable: ConnectError: ")
+
+
+def test_a_stream_cut_by_the_network_is_an_engine_error(proxy: Proxy) -> None:
+    proxy.behaviour.cut_after_events = 3
+    remote = engine(proxy.v1)
+    remote.load()
+
+    async def first_then_rest() -> tuple[Delta, BaseException]:
+        stream = remote.stream(job(max_tokens=40))
+        try:
+            first = await anext(stream)
+            with pytest.raises(EngineError) as info:
+                async for _ in stream:
+                    pass
+            return first, info.value
+        finally:
+            await remote.close()
+
+    first, error = asyncio.run(first_then_rest())
+    assert first.text
+    assert str(error).startswith(f"upstream {proxy.v1}: the stream broke: RemoteProtocolError: ")

