@@ -16,6 +16,10 @@ from engines._llama_native import NativeContext
 __all__ = ["PrefixCache"]
 
 MIN_TOKENS = 16  # shorter prompts are not worth a sequence id
+# Tokens always evaluated anew at the end of a prompt. llama.cpp picks its matrix kernels by batch
+# size, and a tail of one or two tokens would be computed by another kernel than the same tokens
+# inside a full prefill: near-tie greedy tokens could then differ from an uncached run.
+MIN_TAIL = 32
 
 
 class _Entries(cachetools.LRUCache[int, tuple[int, ...]]):
@@ -43,14 +47,15 @@ class PrefixCache:
     def reuse(self, prompt: Sequence[int], slot: int) -> int:
         """Give `slot` the longest cached prefix of `prompt`; return how many tokens it covers.
 
-        At least the last prompt token is left to evaluate: its logits sample the first token.
+        The last MIN_TAIL prompt tokens are always evaluated (their logits sample the first
+        token, computed by the same kernels as without the cache).
         """
         best_seq, best = -1, 0
         for seq, tokens in self._entries.items():
             shared = _common_prefix(tokens, prompt)
             if shared > best:
                 best_seq, best = seq, shared
-        best = min(best, len(prompt) - 1)
+        best = min(best, len(prompt) - MIN_TAIL)
         if best < MIN_TOKENS:
             return 0
         self._entries.get(best_seq)  # a lookup marks the entry recently used

@@ -80,17 +80,31 @@ def chat_job(engine: Engine, question: str) -> GenerationJob:
 
 
 def test_a_shared_system_prompt_is_prefilled_once(engine: Engine) -> None:
-    cold = asyncio.run(collect(engine, chat_job(engine, "Do you sell rye?")))
+    cold_job = chat_job(engine, "Do you sell rye?")
+    cold = asyncio.run(collect(engine, cold_job))
     warm_job = chat_job(engine, "Do you sell spelt?")
     warm = asyncio.run(collect(engine, warm_job))
-    assert cold[0].cached_tokens == 0
-    shared = len(
-        engine.tokenize(
-            engine.render_chat([{"role": "system", "content": SYSTEM}]), add_special=False
+    shared = next(
+        i
+        for i, (a, b) in enumerate(
+            zip(cold_job.prompt_tokens, warm_job.prompt_tokens, strict=False)
         )
+        if a != b
     )
-    assert shared - 8 <= warm[0].cached_tokens < len(warm_job.prompt_tokens)
+    assert cold[0].cached_tokens == 0
+    assert shared > 300
+    # Reused up to the shared prefix, leaving the prompt's last 32 tokens to be evaluated anew.
+    assert warm[0].cached_tokens == min(shared, len(warm_job.prompt_tokens) - 32)
     assert warm[-1].completion_tokens >= 1
+
+
+def test_the_same_request_gives_the_same_greedy_answer_with_its_prompt_cached(
+    engine: Engine,
+) -> None:
+    first = asyncio.run(collect(engine, chat_job(engine, "Which bread keeps longest?")))
+    again = asyncio.run(collect(engine, chat_job(engine, "Which bread keeps longest?")))
+    assert again[0].cached_tokens > 0
+    assert text_of(again) == text_of(first)
 
 
 def test_a_full_queue_refuses_with_retry_after_and_priority_orders_admission() -> None:
