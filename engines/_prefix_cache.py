@@ -16,9 +16,9 @@ from engines._llama_native import NativeContext
 __all__ = ["PrefixCache"]
 
 MIN_TOKENS = 16  # shorter prompts are not worth a sequence id
-# Tokens always evaluated anew at the end of a prompt. llama.cpp picks its matrix kernels by batch
-# size, and a tail of one or two tokens would be computed by another kernel than the same tokens
-# inside a full prefill: near-tie greedy tokens could then differ from an uncached run.
+# Tokens always evaluated anew at the end of a prompt, so that the first token's logits come from
+# a batch of ordinary size rather than a lone token (llama.cpp picks its kernels by batch size).
+# Reused KV is still not bit-identical to a recomputed one: the cache is off by default.
 MIN_TAIL = 32
 
 
@@ -48,7 +48,7 @@ class PrefixCache:
         """Give `slot` the longest cached prefix of `prompt`; return how many tokens it covers.
 
         The last MIN_TAIL prompt tokens are always evaluated (their logits sample the first
-        token, computed by the same kernels as without the cache).
+        token).
         """
         best_seq, best = -1, 0
         for seq, tokens in self._entries.items():

@@ -57,8 +57,9 @@ class LlamaCppOptions(_Strict):
     mmap: bool = True
     # Sequences decoded together in one context (continuous batching; hybrid decode slots).
     parallel: int = Field(default=4, ge=1, le=64)
-    # Tokens of recent prompts whose KV is kept for reuse by later requests (0: off).
-    prefix_cache_tokens: int = Field(default=4096, ge=0)
+    # Tokens of recent prompts whose KV is kept for reuse by later requests (0: off). Off by
+    # default: reused KV is not bit-identical to a recomputed one (see README).
+    prefix_cache_tokens: int = Field(default=0, ge=0)
     # Requests that may wait for a free sequence; more are refused with 429 and Retry-After.
     max_queue: int = Field(default=64, ge=0)
 
