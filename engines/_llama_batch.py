@@ -118,6 +118,11 @@ class BatchScheduler:
                     task.send(None)
                     continue
                 admitted.append((task, self._free.pop(0)))
+        if admitted and not self._active:
+            # Nothing is running: drop every retired sequence's cells, so that a lone request
+            # always meets the same empty cache and answers the same way each time.
+            for seq in self._free + [seq for _, seq in admitted]:
+                self._ctx.forget(seq)
         for task, seq in admitted:
             self._start(task, seq)
         return True
