@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engines import resolve_source
+from engines import create_engine, resolve_source
 from engines._onnx_genai import OnnxGenaiEngine
 from engines.convert import MODEL_NAME
 from router import EngineError, OnnxGenaiModel, ServiceUnavailableError
@@ -19,7 +19,9 @@ SOURCE = f"cache:{MODEL_NAME}"
 
 def onnx_engine(device: str = "cpu", source: str = SOURCE, **fields: object) -> OnnxGenaiEngine:
     config = OnnxGenaiModel(engine="onnx-genai", source=source, **fields)  # type: ignore[arg-type]
-    return OnnxGenaiEngine("smol", config, Path.cwd(), device)
+    engine = create_engine("smol", config, Path.cwd(), device)
+    assert isinstance(engine, OnnxGenaiEngine)
+    return engine
 
 
 @pytest.fixture(scope="module")
