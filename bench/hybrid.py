@@ -84,6 +84,9 @@ class Trace:
 
 async def traced(engine: Engine, j: GenerationJob) -> Trace:
     trace = Trace(time.perf_counter())
+    task = asyncio.current_task()
+    if task is not None:
+        task.trace = trace  # type: ignore[attr-defined]  # read by started()
     async for delta in engine.stream(j):
         if delta.stats is not None and trace.handoff_ms is None:
             trace.handoff_ms, trace.handoff_bytes = (
@@ -98,11 +101,16 @@ async def interference(
     engine: Engine, short: tuple[int, ...], long: tuple[int, ...]
 ) -> tuple[list[float], float]:
     ongoing = asyncio.create_task(traced(engine, job(short, 256)))
-    await asyncio.sleep(0.5)  # the first stream is decoding
+    while not started(ongoing):  # the newcomer arrives once the first stream is decoding
+        await asyncio.sleep(0.01)
     arrived = time.perf_counter()
     newcomer = await traced(engine, job(long, 8))
     first = await ongoing
     return first.gaps_ms(arrived, newcomer.times[0]), newcomer.ttft_ms
+
+
+def started(task: asyncio.Task[Trace]) -> bool:
+    return bool(getattr(task, "trace", None) and task.trace.times)  # type: ignore[attr-defined]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -125,7 +133,20 @@ def main() -> None:
         engine.load()
     any_engine = next(iter(engines.values()))
     prompt = prompt_of(any_engine, args.prompt_tokens, "a")
-    short, long = prompt_of(any_engine, 64, "b"), prompt_of(any_engine, 2000, "c")
+    long = prompt_of(any_engine, 2000, "c")
+    short = tuple(
+        any_engine.tokenize(
+            any_engine.render_chat(
+                [
+                    {
+                        "role": "user",
+                        "content": "Write a long numbered list of 300 fruits, one per line.",
+                    }
+                ]
+            ),
+            add_special=False,
+        )
+    )
     single: dict[str, list[Trace]] = {name: [] for name in engines}
     gaps: dict[str, list[float]] = {name: [] for name in engines}
     ttfts: dict[str, list[float]] = {name: [] for name in engines}
