@@ -14,6 +14,7 @@ import pytest
 
 from engines import Delta, Engine, GenerationJob, create_engine
 from router import Device, Placement, load_routes
+from tests.engines.conftest import job_for
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
@@ -48,24 +49,6 @@ def engines() -> Iterator[tuple[Engine, Engine]]:
     yield single, hybrid
     asyncio.run(single.close())
     asyncio.run(hybrid.close())
-
-
-def job_for(engine: Engine, text: str, **overrides: object) -> GenerationJob:
-    prompt = engine.render_chat([{"role": "user", "content": text}])
-    job = GenerationJob(
-        prompt_tokens=tuple(engine.tokenize(prompt, add_special=False)),
-        max_tokens=48,
-        temperature=0.0,
-        top_p=1.0,
-        top_k=40,
-        min_p=0.0,
-        repeat_penalty=1.0,
-        frequency_penalty=0.0,
-        presence_penalty=0.0,
-        seed=1,
-        stop=(),
-    )
-    return dataclasses.replace(job, **overrides)  # type: ignore[arg-type]
 
 
 async def collect(engine: Engine, job: GenerationJob) -> list[Delta]:
