@@ -108,20 +108,7 @@ def prompt_of(engine: Engine, size: int, run: int) -> tuple[int, ...]:
 
 
 def job(prompt: tuple[int, ...], max_tokens: int) -> GenerationJob:
-    return GenerationJob(
-        prompt_tokens=prompt,
-        max_tokens=max_tokens,
-        temperature=0.0,
-        top_p=1.0,
-        top_k=40,
-        min_p=0.0,
-        repeat_penalty=1.0,
-        frequency_penalty=0.0,
-        presence_penalty=0.0,
-        seed=1,
-        stop=(),
-        label="bench",
-    )
+    return GenerationJob.greedy(prompt, max_tokens=max_tokens, label="bench")
 
 
 async def measure(name: str, engine: Engine, prompt: tuple[int, ...], max_tokens: int) -> Run:

@@ -47,19 +47,7 @@ def prompt_of(engine: Engine, tokens: int, salt: str) -> tuple[int, ...]:
 
 
 def job(prompt: tuple[int, ...], max_tokens: int) -> GenerationJob:
-    return GenerationJob(
-        prompt_tokens=prompt,
-        max_tokens=max_tokens,
-        temperature=0.0,
-        top_p=1.0,
-        top_k=40,
-        min_p=0.0,
-        repeat_penalty=1.0,
-        frequency_penalty=0.0,
-        presence_penalty=0.0,
-        seed=1,
-        stop=(),
-    )
+    return GenerationJob.greedy(prompt, max_tokens=max_tokens)
 
 
 @dataclass

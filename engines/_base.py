@@ -56,6 +56,26 @@ class GenerationJob:
     def cancel(self) -> None:
         self.cancelled.set()
 
+    @classmethod
+    def greedy(
+        cls, prompt_tokens: tuple[int, ...], *, max_tokens: int, label: str = ""
+    ) -> GenerationJob:
+        """A deterministic job (temperature 0, neutral penalties): what tests and benches run."""
+        return cls(
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            temperature=0.0,
+            top_p=1.0,
+            top_k=40,
+            min_p=0.0,
+            repeat_penalty=1.0,
+            frequency_penalty=0.0,
+            presence_penalty=0.0,
+            seed=1,
+            stop=(),
+            label=label,
+        )
+
 
 @dataclass(frozen=True)
 class StageStats:

@@ -10,19 +10,8 @@ from engines import Delta, Engine, GenerationJob
 
 def completion_job(engine: Engine, prompt: str, **overrides: object) -> GenerationJob:
     """A greedy job for `prompt` as it is (a completion route's job)."""
-    job = GenerationJob(
-        prompt_tokens=tuple(engine.tokenize(prompt, add_special=False)),
-        max_tokens=32,
-        temperature=0.0,
-        top_p=1.0,
-        top_k=40,
-        min_p=0.0,
-        repeat_penalty=1.0,
-        frequency_penalty=0.0,
-        presence_penalty=0.0,
-        seed=1,
-        stop=(),
-    )
+    tokens = tuple(engine.tokenize(prompt, add_special=False))
+    job = GenerationJob.greedy(tokens, max_tokens=32)
     return dataclasses.replace(job, **overrides)  # type: ignore[arg-type]
 
 
