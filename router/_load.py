@@ -101,7 +101,19 @@ def _cross_reference_problems(config: RoutesFile) -> list[str]:
     problems: list[str] = []
     for task, route in config.routes.items():
         problems += _route_problems(config, f"routes.{task}", route)
-    return problems
+    return problems + _preload_problems(config)
+
+
+def _preload_problems(config: RoutesFile) -> list[str]:
+    preload = config.lifecycle.preload
+    if preload == "routes":
+        return []
+    known = ", ".join(sorted(config.models))
+    return [
+        f"lifecycle.preload.{number}: unknown model {model!r} (known: {known})"
+        for number, model in enumerate(preload)
+        if model not in config.models
+    ]
 
 
 def _route_problems(config: RoutesFile, where: str, route: RouteConfig) -> list[str]:

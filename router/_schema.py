@@ -14,6 +14,7 @@ __all__ = [
     "DEVICES",
     "ContextPolicy",
     "FallbackEntry",
+    "Lifecycle",
     "LlamaCppModel",
     "LlamaCppOptions",
     "ModelConfig",
@@ -64,11 +65,43 @@ class LlamaCppOptions(_Strict):
     max_queue: int = Field(default=64, ge=0)
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: object) -> float | None:
+    """keep_alive: seconds as a number or text ("90s", "10m", "1h"); -1 or "forever": never."""
+    if value is None or value in (-1, "forever"):
+        return None
+    if isinstance(value, bool):
+        raise ValueError("keep_alive must be a duration such as 30s, 10m or 1h")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("keep_alive must be >= 0 seconds, or -1 / forever to never unload")
+        return float(value)
+    match = _DURATION.match(str(value))
+    if match is None:
+        raise ValueError(
+            f"invalid keep_alive {value!r}: write seconds or a duration such as 30s, 10m, 1h "
+            "(or forever)"
+        )
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
+
+
 class _ModelBase(_Strict):
     """What every engine's model entry has: where the model is and how much context it gets."""
 
     source: str
     context_length: int | None = Field(default=None, ge=16, le=1_048_576)
+    # Unload the model after this long without a request (None: stay loaded).
+    keep_alive: float | None = None
+    # Never unloaded by the max_loaded_models cap or keep_alive (an explicit unload still works).
+    pinned: bool = False
+
+    @field_validator("keep_alive", mode="before")
+    @classmethod
+    def _check_keep_alive(cls, value: object) -> float | None:
+        return parse_duration(value)
 
     @field_validator("source")
     @classmethod
@@ -264,9 +297,21 @@ class RouteConfig(_Strict):
         return prompt
 
 
+class Lifecycle(_Strict):
+    """Which models are loaded when: a warm start, and a cap on how many stay loaded."""
+
+    # Loaded at start, in the background (GET /v1/ready waits for them): "routes" (the first
+    # attempt of every route), or a list of model ids ([] loads everything on first use).
+    preload: Literal["routes"] | tuple[str, ...] = "routes"
+    # Local engines loaded at once (a model on two placements counts twice); beyond it, the
+    # least recently used idle, unpinned engine is unloaded. None: no cap.
+    max_loaded_models: int | None = Field(default=None, ge=1, le=256)
+
+
 class RoutesFile(_Strict):
     version: Literal[1]
     expose_models: bool = False
+    lifecycle: Lifecycle = Lifecycle()
     models: dict[str, ModelConfig]
     routes: dict[str, RouteConfig]
 
