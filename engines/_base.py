@@ -126,6 +126,9 @@ class EngineInfo:
     backend: str
     context_length: int
     source: str
+    # Memory the loaded model holds, estimated: weights plus the KV cache it allocated (None:
+    # nothing local, as for a remote model).
+    memory_bytes: int | None = None
 
 
 class Engine(ABC):

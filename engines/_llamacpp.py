@@ -27,6 +27,7 @@ from router import Device, EngineError, LlamaCppModel, Placement, ServiceUnavail
 __all__ = ["LlamaCppEngine"]
 
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type values llama.cpp takes for type_k/type_v
+_KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # bytes per element, blocks included
 _INSTALL = "make serve (or: scripts/install-llama-cpp.sh .venv/bin/python)"
 
 
@@ -92,7 +93,20 @@ class LlamaCppEngine(Engine):
             backend=self._backend(),
             context_length=self.context_length,
             source=str(self._path),
+            memory_bytes=self._memory_bytes(),
         )
+
+    def _memory_bytes(self) -> int | None:
+        """Weights plus every context's KV cells (K and V per layer, at the cache's type)."""
+        if self._model is None:
+            return None
+        lib, model = self._lib, self._model.model
+        heads = max(lib.llama_model_n_head(model), 1)
+        kv_width = lib.llama_model_n_embd(model) * lib.llama_model_n_head_kv(model) // heads
+        per_cell = 2 * lib.llama_model_n_layer(model) * kv_width
+        cells = sum(ctx.settings.n_ctx for ctx in self._contexts)
+        kv_bytes = per_cell * cells * _KV_BYTES[self.config.options.kv_cache_type]
+        return int(lib.llama_model_size(model)) + int(kv_bytes)
 
     def render_chat(self, messages: list[Message]) -> str:
         if self._formatter is None:

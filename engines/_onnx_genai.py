@@ -90,6 +90,8 @@ class OnnxGenaiEngine(Engine):
             backend=self._backend or "onnxruntime-genai (not loaded)",
             context_length=self._context,
             source=str(self._dir),
+            # Weights only: onnxruntime-genai allocates its KV cache per generation.
+            memory_bytes=_folder_bytes(self._dir) if self._backend else None,
         )
 
     def render_chat(self, messages: list[Message]) -> str:
@@ -272,3 +274,7 @@ def _backend(
         where = f"prefill {split.prefill} -> decode {split.decode}"
         return f"onnxruntime-genai {version} (hybrid: {where}; {names})"
     return f"onnxruntime-genai {version} ({names}, {threads or 'default'} threads)"
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())

@@ -1,0 +1,303 @@
+"""The loaded engines and their lifecycle.
+
+- Load on first use, once: concurrent requests for an unloaded engine wait for the same load,
+  and a caller that gives up (a client gone) does not cancel it for the others.
+- A cap on loaded local engines (`lifecycle.max_loaded_models`): before a load, the least
+  recently used engine that is idle and not pinned is unloaded. A busy engine is never unloaded
+  under a request: when all are busy or pinned, the load goes over the cap (with a warning) and
+  the sweep brings the count back down once one is idle.
+- `keep_alive` per model: the sweep unloads an idle engine unused for that long.
+- Reload: an engine is keyed by its model's definition, so a reload that changes a model loads
+  it anew; the old engine finishes the requests it has and is unloaded when idle (retired).
+
+cachetools' LRUCache evicts its oldest entry unconditionally; here the oldest may be busy or
+pinned, so the order is an OrderedDict walked from the least recently used end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from engines._base import Delta, Engine, EngineInfo, GenerationJob
+from router import REMOTE_ENGINE, ModelConfig, Placement
+
+__all__ = [
+    "EngineKey",
+    "EnginePool",
+    "EngineSpec",
+    "Lease",
+    "LoadedEngine",
+    "ModelPolicy",
+    "describe",
+]
+
+log = logging.getLogger("zest.engines")
+EngineKey = tuple[str, str, str]  # (model id, definition fingerprint, placement key)
+EngineFactory = Callable[["EngineSpec"], Engine]
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One model entry of the routes file on one placement."""
+
+    model_id: str
+    config: ModelConfig
+    base_dir: Path
+    placement: Placement
+
+    @property
+    def fingerprint(self) -> str:
+        """What the loaded engine depends on; keep_alive and pinned are policies, not part of
+        it (changing them in a reload applies to the engine already loaded)."""
+        definition = self.config.model_dump_json(exclude={"keep_alive", "pinned"})
+        digest = hashlib.sha256(f"{definition}|{self.base_dir}".encode()).hexdigest()
+        return digest[:12]
+
+    @property
+    def key(self) -> EngineKey:
+        return (self.model_id, self.fingerprint, self.placement.key)
+
+    @property
+    def counts_toward_cap(self) -> bool:
+        return self.config.engine != REMOTE_ENGINE  # a remote model holds no local memory
+
+
+@dataclass(frozen=True)
+class ModelPolicy:
+    """A model's lifecycle settings in the routes file now in force (None: the model is gone)."""
+
+    keep_alive: float | None = None
+    pinned: bool = False
+
+
+@dataclass
+class LoadedEngine:
+    spec: EngineSpec
+    engine: Engine
+    info: EngineInfo
+    loaded_at: float  # wall clock, for listings
+    last_used: float  # monotonic
+    leases: int = 0
+    retired: bool = False  # its model changed or left the routes file: unload when idle
+
+    @property
+    def busy(self) -> bool:
+        return self.leases > 0 or self.engine.pending() > 0
+
+
+class Lease:
+    """A request's hold on a loaded engine: while held, the engine is not unloaded."""
+
+    def __init__(self, pool: EnginePool, entry: LoadedEngine) -> None:
+        self._pool, self._entry, self._held = pool, entry, True
+
+    @property
+    def engine(self) -> Engine:
+        return self._entry.engine
+
+    @property
+    def info(self) -> EngineInfo:
+        return self._entry.info
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._entry.leases -= 1
+            self._entry.last_used = self._pool.clock()
+
+    async def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+        """The engine's stream; the lease is released when it ends or is closed."""
+        inner = self._entry.engine.stream(job)
+        try:
+            async for delta in inner:
+                yield delta
+        finally:
+            await inner.aclose()  # type: ignore[attr-defined]
+            self.release()
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+@dataclass
+class EnginePool:
+    factory: EngineFactory
+    # The current routes file's settings for a model (swapped on reload).
+    policy: Callable[[str], ModelPolicy | None] = lambda _: ModelPolicy()
+    max_loaded: int | None = None
+    clock: Callable[[], float] = time.monotonic
+    _entries: OrderedDict[EngineKey, LoadedEngine] = field(default_factory=OrderedDict)
+    _loading: dict[EngineKey, asyncio.Task[LoadedEngine]] = field(default_factory=dict)
+
+    async def acquire(self, spec: EngineSpec) -> Lease:
+        """A lease on the engine for `spec`, loading it first if needed (once)."""
+        entry = self._entries.get(spec.key)
+        if entry is None:  # a retired entry still serves the requests of the old table
+            entry = await self._load_once(spec)
+        entry.leases += 1
+        entry.last_used = self.clock()
+        self._entries.move_to_end(spec.key)
+        return Lease(self, entry)
+
+    def loaded(self) -> list[LoadedEngine]:
+        """Loaded engines, least recently used first."""
+        return list(self._entries.values())
+
+    def loading(self) -> list[EngineKey]:
+        return list(self._loading)
+
+    def find(self, model_id: str, placement_key: str | None = None) -> list[LoadedEngine]:
+        return [
+            entry
+            for (model, _, key), entry in self._entries.items()
+            if model == model_id and placement_key in (None, key)
+        ]
+
+    async def unload(self, entry: LoadedEngine, reason: str) -> None:
+        if self._entries.get(entry.spec.key) is entry:
+            del self._entries[entry.spec.key]
+        log.info("model %s on %s unloaded: %s", entry.info.model, entry.info.device, reason)
+        await entry.engine.close()
+
+    def retire_changed(self, current: Callable[[str], EngineSpec | None]) -> list[LoadedEngine]:
+        """After a reload: retire engines whose model is gone or defined anew (`current` gives
+        the model's spec in the new file), and bring back those defined as before again."""
+        retired = []
+        for entry in self._entries.values():
+            now = current(entry.spec.model_id)
+            entry.retired = now is None or now.fingerprint != entry.spec.fingerprint
+            if entry.retired:
+                retired.append(entry)
+        return retired
+
+    async def sweep(self) -> None:
+        """Unload what should go now: retired and keep-alive-expired idle engines, then idle
+        ones beyond the cap (least recently used first)."""
+        now = self.clock()
+        for entry in list(self._entries.values()):
+            reason = self._expiry(entry, now)
+            if reason and not entry.busy:
+                await self.unload(entry, reason)
+        while self._over_cap(0) and (victim := self._eviction_candidate()) is not None:
+            await self.unload(victim, "least recently used beyond max_loaded_models")
+
+    async def run_sweeps(self, interval_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.sweep()
+            except Exception:  # a failing close must not end the sweeps
+                log.exception("unloading an idle model failed")
+
+    async def close(self) -> None:
+        for task in self._loading.values():
+            task.cancel()
+        for entry in list(self._entries.values()):
+            await self.unload(entry, "server stopping")
+
+    def _expiry(self, entry: LoadedEngine, now: float) -> str | None:
+        if entry.retired:
+            return "its definition changed or left the routes file (reload)"
+        policy = self.policy(entry.spec.model_id)
+        if policy is None or policy.pinned or policy.keep_alive is None:
+            return None
+        if now - entry.last_used >= policy.keep_alive:
+            return f"idle for keep_alive ({policy.keep_alive:g}s)"
+        return None
+
+    async def _load_once(self, spec: EngineSpec) -> LoadedEngine:
+        task = self._loading.get(spec.key)
+        if task is None:
+            task = asyncio.ensure_future(self._load(spec))
+            self._loading[spec.key] = task
+            task.add_done_callback(lambda _: self._loading.pop(spec.key, None))
+        # shield: a caller that goes away does not cancel the load others wait for.
+        return await asyncio.shield(task)
+
+    async def _load(self, spec: EngineSpec) -> LoadedEngine:
+        if spec.counts_toward_cap:
+            await self._make_room(spec)
+        engine = self.factory(spec)
+        info = await asyncio.to_thread(engine.load)
+        entry = LoadedEngine(spec, engine, info, loaded_at=time.time(), last_used=self.clock())
+        self._entries[spec.key] = entry
+        log.info(
+            "model %s loaded: engine=%s device=%s backend=%s context=%d memory=%s source=%s",
+            info.model,
+            info.engine,
+            info.device,
+            info.backend,
+            info.context_length,
+            _megabytes(info.memory_bytes),
+            info.source,
+        )
+        return entry
+
+    async def _make_room(self, spec: EngineSpec) -> None:
+        while self._over_cap(1):
+            victim = self._eviction_candidate()
+            if victim is None:
+                log.warning(
+                    "loading %s on %s goes over max_loaded_models=%s: every loaded model is "
+                    "busy or pinned (the next idle one is unloaded later)",
+                    spec.model_id,
+                    spec.placement.label,
+                    self.max_loaded,
+                )
+                return
+            await self.unload(victim, f"least recently used, to make room for {spec.model_id}")
+
+    def _over_cap(self, adding: int) -> bool:
+        if self.max_loaded is None:
+            return False
+        counted = sum(1 for entry in self._entries.values() if entry.spec.counts_toward_cap)
+        return counted + adding > self.max_loaded
+
+    def _eviction_candidate(self) -> LoadedEngine | None:
+        for entry in self._entries.values():  # least recently used first
+            policy = self.policy(entry.spec.model_id)
+            pinned = policy is not None and policy.pinned and not entry.retired
+            if entry.spec.counts_toward_cap and not pinned and not entry.busy:
+                return entry
+        return None
+
+
+def _megabytes(size: int | None) -> str:
+    return "n/a" if size is None else f"{size / 1e6:.0f}MB"
+
+
+def describe(entry: LoadedEngine, now: float, policy: ModelPolicy | None) -> dict[str, Any]:
+    """A loaded engine as GET /v1/loaded and system-info list it."""
+    info = entry.info
+    idle = 0.0 if entry.busy else now - entry.last_used
+    keep_alive = policy.keep_alive if policy else None
+    return {
+        "model": info.model,
+        "engine": info.engine,
+        "device": info.device,
+        "backend": info.backend,
+        "memory_bytes": info.memory_bytes,
+        "loaded_at": entry.loaded_at,
+        "last_used_s_ago": round(now - entry.last_used, 3),
+        "busy": entry.busy,
+        "requests": entry.leases,
+        "queued": entry.engine.pending(),
+        "pinned": bool(policy and policy.pinned),
+        "keep_alive_s": keep_alive,
+        "unloads_in_s": None if keep_alive is None else round(max(keep_alive - idle, 0.0), 3),
+        "retired": entry.retired,
+    }
