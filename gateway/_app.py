@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
-import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable
@@ -15,9 +13,11 @@ from typing import Any, Literal, TypeVar
 from litestar import Litestar, Request, Response, Router, get, post
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
-from pydantic import BaseModel, ValidationError
 
+from gateway._body import parse_body
 from gateway._explain import describe_inventory, explain_task
+from gateway._ops import OPS_HANDLERS
+from gateway._reload import Reloader
 from gateway._responses import collect_body, sse_events
 from gateway._runtime import Runtime
 from gateway._schemas import (
@@ -33,43 +33,8 @@ from router import BadRequestError, RequestError, find_route
 __all__ = ["create_app"]
 
 log = logging.getLogger("zest.gateway")
-Body = TypeVar("Body", bound=BaseModel)
 T = TypeVar("T")
 Kind = Literal["chat", "completion"]
-
-
-async def _parse(request: Request[Any, Any, Any], schema: type[Body]) -> Body:
-    raw = await request.body()
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequestError(
-            f"the request body is not valid JSON: {exc}: send a JSON object"
-        ) from None
-    if not isinstance(data, dict):
-        raise BadRequestError("the request body must be a JSON object")
-    try:
-        return schema.model_validate(data)
-    except ValidationError as exc:
-        raise _validation_error(exc, schema) from None
-
-
-def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadRequestError:
-    err = exc.errors()[0]
-    param = ".".join(str(p) for p in err["loc"]) or None
-    if err["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(str(err["loc"][-1]), list(schema.model_fields), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else "remove it (the README lists them)"
-        message = f"unknown parameter: {hint}"
-    elif err["type"] == "missing":
-        message = "missing required parameter"
-    elif param == "n":
-        message = "only n=1 is supported: send one request per completion"
-    else:
-        message = str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] != "value_error":
-            message += f", got {err['input']!r}"
-    return BadRequestError(f"{param}: {message}" if param else message, param=param)
 
 
 class ClientDisconnectedError(RequestError):
@@ -132,13 +97,13 @@ def _stream_response(
 
 @post("/chat/completions", status_code=200)
 async def chat_completions(request: Request[Any, Any, Any], runtime: Runtime) -> Response[Any]:
-    body = await _parse(request, ChatRequest)
+    body = await parse_body(request, ChatRequest)
     return await _respond(request, runtime, body.model, "chat", body, messages=body.messages)
 
 
 @post("/completions", status_code=200)
 async def completions(request: Request[Any, Any, Any], runtime: Runtime) -> Response[Any]:
-    body = await _parse(request, CompletionRequest)
+    body = await parse_body(request, CompletionRequest)
     return await _respond(
         request, runtime, body.model, "completion", body, prompt=body.prompt_text()
     )
@@ -148,8 +113,8 @@ async def completions(request: Request[Any, Any, Any], runtime: Runtime) -> Resp
 async def task_endpoint(
     task: str, request: Request[Any, Any, Any], runtime: Runtime
 ) -> Response[Any]:
-    body = await _parse(request, TaskRequest)
-    route = runtime.routes.config.routes.get(task)
+    body = await parse_body(request, TaskRequest)
+    route = runtime.routes.config.routes.get(task)  # its kind only: the request reads the table
     kind: Kind = route.kind if route else "chat"
     if body.messages is not None:
         if kind == "completion":
@@ -219,15 +184,16 @@ async def explain_post(
     task: str, request: Request[Any, Any, Any], runtime: Runtime
 ) -> dict[str, Any]:
     """The plan for the request in the body (its prompt is counted with the model's tokenizer)."""
-    body = await _parse(request, TaskRequest)
-    route = find_route(task, None, runtime.routes.config)
+    body = await parse_body(request, TaskRequest)
+    routes = runtime.routes
+    route = find_route(task, None, routes.config)
     messages = body.messages
     if messages is None and route.kind == "chat":
         messages = [ChatMessage(role="user", content=body.text() or "")]
     prompt = build_prompt(route, route.kind, messages, body.text())
-    tokens = await runtime.count_prompt(route.model, route.kind, prompt)
+    tokens = await runtime.count_prompt(routes, route.model, route.kind, prompt)
     return explain_task(
-        runtime.routes.config,
+        routes.config,
         runtime.inventory,
         task,
         tokens,
@@ -241,20 +207,22 @@ async def system_info(runtime: Runtime) -> dict[str, Any]:
     """The devices found, how each was detected, which engines can use it, what is loaded."""
     loaded = [
         {
-            "model": info.model,
-            "engine": info.engine,
-            "device": info.device,
-            "backend": info.backend,
-            "queued": runtime.engines[key].pending(),
+            "model": entry.info.model,
+            "engine": entry.info.engine,
+            "device": entry.info.device,
+            "backend": entry.info.backend,
+            "queued": entry.engine.pending(),
         }
-        for key, info in runtime.infos.items()
+        for entry in runtime.pool.loaded()
     ]
     return {**describe_inventory(runtime.inventory), "loaded": loaded}
 
 
 @get("/health")
 async def health(runtime: Runtime) -> dict[str, Any]:
-    return {"status": "ok", "models_loaded": sorted(runtime.engines)}
+    """Liveness: the process answers (readiness, models loaded, is GET /v1/ready)."""
+    loaded = sorted({entry.info.model for entry in runtime.pool.loaded()})
+    return {"status": "ok", "state": runtime.state, "models_loaded": loaded}
 
 
 def _request_error(_: Request[Any, Any, Any], exc: RequestError) -> Response[Any]:
@@ -287,9 +255,12 @@ def _internal_error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     return Response(body, status_code=500)
 
 
-def create_app(runtime: Runtime) -> Litestar:
-    """The ASGI app; `runtime` is loaded on startup and closed on shutdown."""
+def create_app(runtime: Runtime, *, watch_routes: bool = True) -> Litestar:
+    """The ASGI app; `runtime` starts (warm start, sweeps, reload triggers) on startup and is
+    closed on shutdown."""
+    reloader = Reloader(runtime, watch=watch_routes)
     handlers = [
+        *OPS_HANDLERS,
         chat_completions,
         completions,
         task_endpoint,
@@ -303,13 +274,18 @@ def create_app(runtime: Runtime) -> Litestar:
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await runtime.start()
+        reloader.start()
         try:
             yield
         finally:
+            await reloader.stop()
             await runtime.close()
 
     async def provide_runtime() -> Runtime:
         return runtime
+
+    async def provide_reloader() -> Reloader:
+        return reloader
 
     from litestar.di import Provide
 
@@ -318,7 +294,10 @@ def create_app(runtime: Runtime) -> Litestar:
             Router("/api/v1", route_handlers=handlers),
             Router("/v1", route_handlers=handlers),
         ],
-        dependencies={"runtime": Provide(provide_runtime, use_cache=True)},
+        dependencies={
+            "runtime": Provide(provide_runtime, use_cache=True),
+            "reloader": Provide(provide_reloader, use_cache=True),
+        },
         exception_handlers={
             RequestError: _request_error,
             HTTPException: _http_error,

@@ -1,13 +1,20 @@
-"""What the gateway holds while serving: the routes, the device inventory, the loaded engines."""
+"""What the gateway holds while serving: the routes in force, the device inventory, the engine
+pool, and whether the warm start is done.
+
+A request reads `runtime.routes` once and carries that table to its end, so a reload swaps the
+table under new requests only; the pool keeps the engines the old table's requests still use.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from engines import Engine, EngineInfo, Inventory, Message, create_engine
+from engines import Engine, Inventory, Message, create_engine
+from engines._pool import EnginePool, EngineSpec, Lease, ModelPolicy
 from gateway._explain import plan_for
 from gateway._tokens import counter_for
 from policies import approximate_tokens
@@ -17,14 +24,26 @@ from router import (
     LoadedRoutes,
     Placement,
     Plan,
+    RemoteModel,
+    RequestError,
     RouteConfig,
     ServiceUnavailableError,
 )
 
-__all__ = ["Runtime"]
+__all__ = ["PreloadTarget", "Runtime"]
 
 log = logging.getLogger("zest.gateway")
-EngineKey = tuple[str, str]  # (model id, placement key)
+State = Literal["starting", "loading", "ready", "failed"]
+
+
+@dataclass(frozen=True)
+class PreloadTarget:
+    model_id: str
+    placement: Placement
+    # A failure stops the server at start: the model was asked for by name, or a route has
+    # nothing to fall back on.
+    fatal: bool
+    why: str
 
 
 @dataclass
@@ -33,50 +52,59 @@ class Runtime:
     inventory: Inventory
     # ZEST_PRIVACY=strict: every remote attempt is left out of every plan.
     strict_privacy: bool = False
-    engines: dict[EngineKey, Engine] = field(default_factory=dict)
-    infos: dict[EngineKey, EngineInfo] = field(default_factory=dict)
-    _locks: dict[EngineKey, asyncio.Lock] = field(default_factory=dict)
-    _started: bool = False
+    # Called with the reason when the warm start cannot serve a route (the CLI stops the server).
+    on_fatal: Callable[[str], None] | None = None
+    state: State = "starting"
+    preload_errors: list[str] = field(default_factory=list)
+    pool: EnginePool = field(init=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.pool = EnginePool(
+            self._create_engine,
+            policy=self.model_policy,
+            max_loaded=self.routes.config.lifecycle.max_loaded_models,
+        )
 
     @property
     def devices(self) -> dict[str, Device]:
         return self.inventory.devices
 
     async def start(self) -> None:
-        """Load each route's first attempt. A broken model fails the start, loudly, unless the
-        route has another attempt to fall back on (then it is a warning, and each request that
-        falls back says so)."""
-        if self._started:
+        """Start the warm start (in the background: liveness answers at once, readiness when
+        it is done) and the sweeps that unload idle models."""
+        if self.state != "starting":
             return
-        self._started = True
+        self.state = "loading"
         if self.strict_privacy:
             log.info("privacy: ZEST_PRIVACY=strict: no remote engine will be reached")
-        for task, route in self.routes.config.routes.items():
-            try:
-                plan = self.plan(task, route, prompt_tokens=0)
-            except ServiceUnavailableError as exc:
-                log.warning("route %s cannot run on this machine: %s", task, exc.message)
-                continue
-            try:
-                await self.engine_for(plan.first.model, plan.first.placement)
-            except ServiceUnavailableError as exc:
-                if len(plan.attempts) == 1 or route.on_failure != "next":
-                    raise
-                log.warning(
-                    "route %s: %s on %s cannot load, requests will fall back: %s",
-                    task,
-                    plan.first.model,
-                    plan.first.device,
-                    exc.message,
-                )
-        if self.routes.config.expose_models:
-            for model_id, model in self.routes.config.models.items():
-                if model.engine != REMOTE_ENGINE:
-                    await self.tokenizer_for(model_id)
+        self._spawn(self._warm_start())
+        self._spawn(self.pool.run_sweeps())
 
-    def plan(self, task: str, route: RouteConfig, prompt_tokens: int) -> Plan:
+    def swap(self, routes: LoadedRoutes) -> None:
+        """Put a new routes table in force (one assignment: atomic for every later request),
+        retire the engines whose model it changed, and warm the new table's models."""
+        self.routes = routes
+        self.pool.max_loaded = routes.config.lifecycle.max_loaded_models
+        for entry in self.pool.retire_changed(self._current_spec):
+            log.info(
+                "model %s on %s: changed or removed by the reload; unloaded once its requests end",
+                entry.info.model,
+                entry.info.device,
+            )
+        self._spawn(self.preload(routes, at_start=False))
+
+    def model_policy(self, model_id: str) -> ModelPolicy | None:
+        model = self.routes.config.models.get(model_id)
+        if model is None:
+            return None
+        if isinstance(model, RemoteModel):
+            return ModelPolicy()
+        return ModelPolicy(keep_alive=model.keep_alive, pinned=model.pinned)
+
+    def plan(self, routes: LoadedRoutes, task: str, route: RouteConfig, prompt_tokens: int) -> Plan:
         return plan_for(
-            self.routes.config,
+            routes.config,
             self.devices,
             task,
             route,
@@ -86,68 +114,137 @@ class Runtime:
         )
 
     async def count_prompt(
-        self, model_id: str, kind: Literal["chat", "completion"], messages: list[Message]
+        self,
+        routes: LoadedRoutes,
+        model_id: str,
+        kind: Literal["chat", "completion"],
+        messages: list[Message],
     ) -> int:
         """The prompt's size for planning (the auto cost model), with the model's tokenizer;
         approximate for remote models, or when the model cannot load (its attempts will say)."""
-        if self.routes.config.models[model_id].engine == REMOTE_ENGINE:
+        if routes.config.models[model_id].engine == REMOTE_ENGINE:
             return approximate_tokens(messages)
         try:
-            engine = await self.tokenizer_for(model_id)
+            lease = await self.tokenizer(routes, model_id)
         except ServiceUnavailableError:
             return approximate_tokens(messages)
-        return await asyncio.to_thread(counter_for(engine, kind), messages)
+        async with lease:
+            return await asyncio.to_thread(counter_for(lease.engine, kind), messages)
 
     def queue_depths(self) -> dict[str, int]:
         depths: dict[str, int] = {}
-        for engine in self.engines.values():
-            for device in engine.placement.devices:
-                depths[device.name] = depths.get(device.name, 0) + engine.pending()
+        for entry in self.pool.loaded():
+            for device in entry.engine.placement.devices:
+                depths[device.name] = depths.get(device.name, 0) + entry.engine.pending()
         return depths
 
-    async def engine_for(self, model_id: str, placement: Placement) -> Engine:
-        key = (model_id, placement.key)
-        if key in self.engines:
-            return self.engines[key]
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            if key not in self.engines:  # loaded while we waited for the lock
-                await self._load(key, placement)
-        return self.engines[key]
+    async def acquire(self, routes: LoadedRoutes, model_id: str, placement: Placement) -> Lease:
+        return await self.pool.acquire(_spec(routes, model_id, placement))
 
-    async def tokenizer_for(self, model_id: str) -> Engine:
-        """Any loaded engine of the model (tokenizer and template do not depend on the device)."""
-        for (loaded_id, _), engine in self.engines.items():
-            if loaded_id == model_id:
-                return engine
-        config = self.routes.config.models[model_id]
-        usable = self.inventory.usable(config.engine)
+    async def tokenizer(self, routes: LoadedRoutes, model_id: str) -> Lease:
+        """A lease on any engine of the model (tokenizer and template do not depend on the
+        device), loading it on a device that can run it when none is loaded."""
+        for entry in self.pool.loaded():
+            if entry.spec.model_id == model_id and not entry.retired:
+                return await self.pool.acquire(entry.spec)
+        return await self.acquire(routes, model_id, self.default_placement(routes, model_id))
+
+    def default_placement(self, routes: LoadedRoutes, model_id: str) -> Placement:
+        engine = routes.config.models[model_id].engine
+        usable = self.inventory.usable(engine)
         if not usable:
             raise ServiceUnavailableError(
-                f"model {model_id!r}: no device here can run engine {config.engine!r} "
+                f"model {model_id!r}: no device here can run engine {engine!r} "
                 "(GET /v1/system-info lists the devices)",
                 code="device_unavailable",
             )
         device = self.devices["cpu" if "cpu" in usable else usable[0]]
-        return await self.engine_for(model_id, Placement(device, device))
+        return Placement(device, device)
 
-    async def _load(self, key: EngineKey, placement: Placement) -> None:
-        model_id = key[0]
-        config = self.routes.config.models[model_id]
-        engine = create_engine(model_id, config, self.routes.base_dir, placement)
-        info = await asyncio.to_thread(engine.load)
-        self.engines[key], self.infos[key] = engine, info
-        log.info(
-            "model %s: engine=%s device=%s backend=%s context=%d source=%s",
-            model_id,
-            info.engine,
-            info.device,
-            info.backend,
-            info.context_length,
-            info.source,
-        )
+    async def preload(self, routes: LoadedRoutes, *, at_start: bool) -> None:
+        """Load the table's preload targets; a fatal failure at start stops the server."""
+        for target in self.preload_targets(routes):
+            try:
+                lease = await self.acquire(routes, target.model_id, target.placement)
+            except RequestError as exc:  # a broken file, a missing device or library
+                message = f"{target.why}: {exc.message}"
+                self.preload_errors.append(message)
+                if at_start and target.fatal:
+                    self._fail(exc.message)
+                    return
+                log.warning("preload: %s", message)
+                continue
+            lease.release()
+
+    def preload_targets(self, routes: LoadedRoutes) -> list[PreloadTarget]:
+        """`lifecycle.preload: routes`: each route's first attempt (fatal when the route has
+        no fallback); a list: those models, where their routes first place them."""
+        config = routes.config
+        wanted = config.lifecycle.preload
+        targets: dict[tuple[str, str], PreloadTarget] = {}
+        for task, route in config.routes.items():
+            try:
+                plan = self.plan(routes, task, route, prompt_tokens=0)
+            except ServiceUnavailableError as exc:
+                log.warning("route %s cannot run on this machine: %s", task, exc.message)
+                continue
+            first = plan.first
+            if first.remote or (wanted != "routes" and first.model not in wanted):
+                continue
+            alone = len(plan.attempts) == 1 or route.on_failure != "next"
+            key = (first.model, first.placement.key)
+            fatal = alone or wanted != "routes" or (key in targets and targets[key].fatal)
+            targets[key] = PreloadTarget(first.model, first.placement, fatal, f"route {task}")
+        listed = () if wanted == "routes" else wanted
+        if config.expose_models:  # models callable by id: their tokenizer counts prompts
+            listed = tuple(m for m, c in config.models.items() if c.engine != REMOTE_ENGINE)
+        for model_id in listed:
+            if not any(model == model_id for model, _ in targets):
+                placement = self.default_placement(routes, model_id)
+                targets[(model_id, placement.key)] = PreloadTarget(
+                    model_id, placement, True, f"preload {model_id}"
+                )
+        return list(targets.values())
 
     async def close(self) -> None:
-        for engine in self.engines.values():
-            await engine.close()
-        self.engines.clear()
-        self.infos.clear()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.pool.close()
+
+    async def _warm_start(self) -> None:
+        await self.preload(self.routes, at_start=True)
+        if self.state == "loading":
+            self.state = "ready"
+            log.info("ready: %d model(s) loaded", len(self.pool.loaded()))
+
+    def _fail(self, message: str) -> None:
+        self.state = "failed"
+        log.error("cannot start: %s", message)
+        if self.on_fatal is not None:
+            self.on_fatal(message)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks_done)
+
+    def _tasks_done(self, task: asyncio.Task[None]) -> None:
+        if task in self._tasks:
+            self._tasks.remove(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    def _create_engine(self, spec: EngineSpec) -> Engine:
+        return create_engine(spec.model_id, spec.config, spec.base_dir, spec.placement)
+
+    def _current_spec(self, model_id: str) -> EngineSpec | None:
+        """A model's definition in the table now in force (placement does not matter here)."""
+        if model_id not in self.routes.config.models:
+            return None
+        device = self.devices["cpu"]
+        return _spec(self.routes, model_id, Placement(device, device))
+
+
+def _spec(routes: LoadedRoutes, model_id: str, placement: Placement) -> EngineSpec:
+    return EngineSpec(model_id, routes.config.models[model_id], routes.base_dir, placement)

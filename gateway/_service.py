@@ -32,7 +32,15 @@ from policies import (
     plan_budget,
     prompt_limit,
 )
-from router import Attempt, BadRequestError, Plan, RequestError, RouteConfig, find_route
+from router import (
+    Attempt,
+    BadRequestError,
+    LoadedRoutes,
+    Plan,
+    RequestError,
+    RouteConfig,
+    find_route,
+)
 
 __all__ = ["Generation", "build_prompt", "start_generation"]
 
@@ -154,12 +162,13 @@ async def start_generation(
     messages: list[ChatMessage] | None = None,
     prompt: str | None = None,
 ) -> Generation:
-    route = find_route(name, kind, runtime.routes.config)
+    routes = runtime.routes  # this request's table, to its end, whatever a reload does
+    route = find_route(name, kind, routes.config)
     chat = build_prompt(route, kind, messages, prompt)
     deadline = Deadline.start(name, route.timeouts)
-    counted = await runtime.count_prompt(route.model, kind, chat)
-    plan = runtime.plan(name, route, prompt_tokens=counted)
-    return await _Walk(runtime, plan, kind, chat, body, request_id, deadline).run()
+    counted = await runtime.count_prompt(routes, route.model, kind, chat)
+    plan = runtime.plan(routes, name, route, prompt_tokens=counted)
+    return await _Walk(runtime, routes, plan, kind, chat, body, request_id, deadline).run()
 
 
 def build_prompt(
@@ -185,6 +194,7 @@ class _Walk:
     """One request walking its plan's attempts until one yields a first token."""
 
     runtime: Runtime
+    routes: LoadedRoutes
     plan: Plan
     kind: Kind
     messages: list[Message]
@@ -230,12 +240,16 @@ class _Walk:
     async def _try(self, attempt: Attempt) -> Generation:
         self.deadline.check()
         self.loading = True
-        engine = await self.runtime.engine_for(attempt.model, attempt.placement)
+        lease = await self.runtime.acquire(self.routes, attempt.model, attempt.placement)
         self.loading = False
-        info = self.runtime.infos[(attempt.model, attempt.placement.key)]
-        fitted, budget, tokens = await asyncio.to_thread(self._fit, engine, info)
+        engine, info = lease.engine, lease.info
+        try:
+            fitted, budget, tokens = await asyncio.to_thread(self._fit, engine, info)
+        except BaseException:
+            lease.release()
+            raise
         label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
-        stream = engine.stream(self._job(engine, fitted, budget, tokens, label))
+        stream = lease.stream(self._job(engine, fitted, budget, tokens, label))
         try:
             first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")
         except BaseException:

@@ -21,3 +21,5 @@ class Settings(BaseSettings):
     emulate_devices: str = ""
     # strict: no remote engine may be reached at all, whatever the routes say.
     privacy: Literal["standard", "strict"] = "standard"
+    # Reload routes.yaml when the file changes (SIGHUP and POST /api/v1/admin/reload always do).
+    watch: bool = True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -196,16 +195,30 @@ def _serve(args: argparse.Namespace) -> int:
             device.detected_by,
             ", ".join(sorted(device.engines)) or "none",
         )
-    asyncio.run(runtime.start())  # load models before binding: a bad model fails the start here
-    log.info(
-        "serving on http://%s:%d/v1 (OpenAI-compatible) and /api/v1", settings.host, settings.port
-    )
-    uvicorn.run(
-        create_app(runtime),
+    fatal: list[str] = []
+    config = uvicorn.Config(
+        create_app(runtime, watch_routes=settings.watch),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
         log_config=None,
         timeout_graceful_shutdown=5,
     )
+    server = uvicorn.Server(config)
+
+    def stop(message: str) -> None:  # the warm start cannot serve a route: stop, exit 1
+        fatal.append(message)
+        server.should_exit = True
+
+    runtime.on_fatal = stop
+    log.info(
+        "serving on http://%s:%d/v1 (OpenAI-compatible) and /api/v1; models load in the "
+        "background (GET /api/v1/ready)",
+        settings.host,
+        settings.port,
+    )
+    server.run()
+    if fatal:
+        print(f"zest: {fatal[0]}", file=sys.stderr)
+        return 1
     return 0

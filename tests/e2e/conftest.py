@@ -63,12 +63,15 @@ def start_server(routes: Path, log_path: Path, extra_env: dict[str, str] | None 
         if process.poll() is not None:
             raise AssertionError(f"zest serve exited with {process.returncode}:\n{server.log()}")
         try:
-            if httpx.get(f"{server.base_url}/api/v1/health", timeout=1).status_code == 200:
+            # Ready, not just live: the warm start has loaded the models (or failed, and the
+            # process exits: the next poll reports it).
+            if httpx.get(f"{server.base_url}/api/v1/ready", timeout=1).status_code == 200:
                 return server
+            time.sleep(0.1)
         except httpx.TransportError:
             time.sleep(0.1)
     process.kill()
-    raise AssertionError(f"zest serve did not become healthy:\n{server.log()}")
+    raise AssertionError(f"zest serve did not become ready:\n{server.log()}")
 
 
 def stop_server(server: Server) -> None:

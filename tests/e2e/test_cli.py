@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.e2e.conftest import REPO, ZEST
+from tests.e2e.conftest import REPO, ZEST, free_port
 
 
 def zest(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -52,7 +52,7 @@ def test_check_lists_every_error_and_exits_1(tmp_path: Path) -> None:
 def test_serve_refuses_a_misspelt_key(tmp_path: Path) -> None:
     bad = tmp_path / "routes.yaml"
     bad.write_text((REPO / "routes.yaml").read_text().replace("max_tokens: 512", "max_token: 512"))
-    result = zest("serve", "--routes", str(bad), "--port", "1")
+    result = zest("serve", "--routes", str(bad), "--port", str(free_port()))
     assert result.returncode == 1
     assert f"{bad}: routes.chat.max_token: unknown key 'max_token': did you mean 'max_tokens'?" in (
         result.stderr
@@ -65,7 +65,7 @@ def test_serve_names_a_missing_model_file_and_how_to_get_it(tmp_path: Path) -> N
         "version: 1\nmodels:\n  m: {engine: llamacpp, source: models/missing.gguf}\n"
         "routes:\n  chat: {kind: chat, model: m}\n"
     )
-    result = zest("serve", "--routes", str(routes), "--port", "1")
+    result = zest("serve", "--routes", str(routes), "--port", str(free_port()))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         f"zest: model file not found: {tmp_path / 'models' / 'missing.gguf'}: "
@@ -79,7 +79,7 @@ def test_serve_names_a_missing_package(tmp_path: Path) -> None:
         "version: 1\nmodels:\n  m: {engine: llamacpp, source: pkg:no-such-dist/x.gguf}\n"
         "routes:\n  chat: {kind: chat, model: m}\n"
     )
-    result = zest("serve", "--routes", str(routes), "--port", "1")
+    result = zest("serve", "--routes", str(routes), "--port", str(free_port()))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         "zest: model pkg:no-such-dist/x.gguf: the package 'no-such-dist' is not installed: "
@@ -95,7 +95,7 @@ def test_serve_reports_a_file_that_is_not_a_model(tmp_path: Path) -> None:
         "version: 1\nmodels:\n  m: {engine: llamacpp, source: junk.gguf}\n"
         "routes:\n  chat: {kind: chat, model: m}\n"
     )
-    result = zest("serve", "--routes", str(routes), "--port", "1")
+    result = zest("serve", "--routes", str(routes), "--port", str(free_port()))
     assert result.returncode == 1
     assert (
         result.stderr.strip()

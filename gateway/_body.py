@@ -1,0 +1,50 @@
+"""Reading a request body into a typed request, with OpenAI-style errors that say what to fix."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any, TypeVar
+
+from litestar import Request
+from pydantic import BaseModel, ValidationError
+
+from router import BadRequestError
+
+__all__ = ["parse_body"]
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+async def parse_body(request: Request[Any, Any, Any], schema: type[Body]) -> Body:
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequestError(
+            f"the request body is not valid JSON: {exc}: send a JSON object"
+        ) from None
+    if not isinstance(data, dict):
+        raise BadRequestError("the request body must be a JSON object")
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(exc, schema) from None
+
+
+def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadRequestError:
+    err = exc.errors()[0]
+    param = ".".join(str(p) for p in err["loc"]) or None
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][-1]), list(schema.model_fields), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "remove it (the README lists them)"
+        message = f"unknown parameter: {hint}"
+    elif err["type"] == "missing":
+        message = "missing required parameter"
+    elif param == "n":
+        message = "only n=1 is supported: send one request per completion"
+    else:
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] != "value_error":
+            message += f", got {err['input']!r}"
+    return BadRequestError(f"{param}: {message}" if param else message, param=param)

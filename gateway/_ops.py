@@ -1,0 +1,154 @@
+"""Operations endpoints: the routes in force and reloading them, the loaded models and loading
+or unloading them, readiness. Handlers marked `opt={"admin": True}` change the server's state
+(the admin key guards them when keys are configured)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get, post
+from pydantic import BaseModel, ConfigDict
+
+from engines._pool import LoadedEngine, describe
+from gateway._body import parse_body
+from gateway._explain import describe_inventory
+from gateway._reload import Reloader
+from gateway._runtime import Runtime
+from router import BadRequestError, LoadedRoutes, Placement, RequestError, parse_device
+
+__all__ = ["OPS_HANDLERS"]
+
+ADMIN = {"admin": True}
+
+
+class ModelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    # cpu, gpu, npu or PREFILL->DECODE; default: where the model's routes first place it.
+    device: str | None = None
+
+
+class ModelBusyError(RequestError):
+    status_code = 409
+
+
+@get("/routes")
+async def routes_in_force(runtime: Runtime, reloader: Reloader) -> dict[str, Any]:
+    """The routes table serving now, when it was loaded, and the last reload that failed."""
+    return {
+        **reloader.status(),
+        "config": runtime.routes.config.model_dump(mode="json"),
+    }
+
+
+@post("/admin/reload", status_code=200, opt=ADMIN)
+async def admin_reload(reloader: Reloader) -> Response[Any]:
+    outcome = await reloader.reload("admin")
+    if outcome.ok:
+        return Response({"reloaded": True, **reloader.status()})
+    message = (
+        f"{reloader.path} was rejected and the previous routes keep serving: fix these and "
+        "reload again: " + "; ".join(outcome.problems)
+    )
+    error = {
+        "message": message,
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_routes_file",
+        "errors": list(outcome.problems),
+    }
+    return Response({"error": error}, status_code=422)
+
+
+@get("/loaded")
+async def loaded_models(runtime: Runtime) -> dict[str, Any]:
+    return {"object": "list", "data": _listing(runtime, runtime.pool.loaded())}
+
+
+@post("/load", status_code=200, opt=ADMIN)
+async def load_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
+    data = await parse_body(request, ModelRequest)
+    routes = runtime.routes
+    _check_model(routes, data.model)
+    placement = _placement(runtime, routes, data.model, data.device)
+    lease = await runtime.acquire(routes, data.model, placement)
+    lease.release()
+    loaded = [entry for entry in runtime.pool.loaded() if entry.info is lease.info]
+    return {"loaded": True, "data": _listing(runtime, loaded)}
+
+
+@post("/unload", status_code=200, opt=ADMIN)
+async def unload_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
+    data = await parse_body(request, ModelRequest)
+    _check_model(runtime.routes, data.model)
+    key = None
+    if data.device is not None:
+        key = _placement(runtime, runtime.routes, data.model, data.device).key
+    entries = runtime.pool.find(data.model, key)
+    busy = [entry for entry in entries if entry.busy]
+    if busy:
+        raise ModelBusyError(
+            f"model {data.model!r} is serving {sum(e.leases for e in busy)} request(s) on "
+            f"{', '.join(e.info.device for e in busy)}: retry when they end",
+            code="model_busy",
+        )
+    listing = _listing(runtime, entries)
+    for entry in entries:
+        await runtime.pool.unload(entry, "asked by POST /unload")
+    return {"unloaded": listing}
+
+
+@get("/ready")
+async def ready(runtime: Runtime) -> Response[Any]:
+    """200 once the warm start has loaded its models; 503 while loading or when it failed.
+    Liveness is /health."""
+    inventory = describe_inventory(runtime.inventory)
+    body = {
+        "status": runtime.state,
+        "ready": runtime.state == "ready",
+        "models": _listing(runtime, runtime.pool.loaded()),
+        "loading": [model for model, _, _ in runtime.pool.loading()],
+        "preload_errors": runtime.preload_errors,
+        "devices": [
+            {key: device[key] for key in ("name", "emulated", "engines") if key in device}
+            for device in inventory["devices"]
+        ],
+    }
+    return Response(body, status_code=200 if body["ready"] else 503)
+
+
+def _listing(runtime: Runtime, entries: list[LoadedEngine]) -> list[dict[str, Any]]:
+    now = runtime.pool.clock()
+    return [describe(entry, now, runtime.model_policy(entry.spec.model_id)) for entry in entries]
+
+
+def _check_model(routes: LoadedRoutes, model_id: str) -> None:
+    if model_id not in routes.config.models:
+        known = ", ".join(sorted(routes.config.models))
+        raise BadRequestError(
+            f"model: unknown model {model_id!r}: use a model id of the routes file ({known})",
+            param="model",
+        )
+
+
+def _placement(
+    runtime: Runtime, routes: LoadedRoutes, model_id: str, device: str | None
+) -> Placement:
+    if device is None:
+        for task, route in routes.config.routes.items():
+            if route.model == model_id:
+                return runtime.plan(routes, task, route, prompt_tokens=0).first.placement
+        return runtime.default_placement(routes, model_id)
+    names = parse_device(device) if device not in ("auto",) else None
+    devices = runtime.devices
+    if names is None or any(name not in devices for name in names):
+        raise BadRequestError(
+            f"device: {device!r} is not a device here: use one of {', '.join(sorted(devices))} "
+            "or PREFILL->DECODE",
+            param="device",
+        )
+    return Placement(devices[names[0]], devices[names[1]])
+
+
+OPS_HANDLERS = [routes_in_force, admin_reload, loaded_models, load_model, unload_model, ready]
