@@ -1,0 +1,251 @@
+"""EnginePool's lifecycle rules, over engines that only count loads and closes (the real
+engines load through the same pool in tests/e2e/test_lifecycle.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from engines import Delta, Engine, EngineInfo, GenerationJob, Message
+from engines._pool import EnginePool, EngineSpec, ModelPolicy
+from router import Device, LlamaCppModel, Placement, RemoteModel
+
+CPU = Device("cpu", frozenset({"llamacpp"}), "test")
+ON_CPU = Placement(CPU, CPU)
+
+
+def sync(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+    @functools.wraps(test)
+    def run() -> None:
+        asyncio.run(test())
+
+    return run
+
+
+class CountingEngine(Engine):
+    name = "counting"
+    loads: ClassVar[list[str]] = []
+    closes: ClassVar[list[str]] = []
+
+    def __init__(self, model_id: str, load_delay: float = 0.0) -> None:
+        self.model_id, self.placement, self._delay, self.queued = model_id, ON_CPU, load_delay, 0
+
+    def load(self) -> EngineInfo:
+        import time
+
+        time.sleep(self._delay)
+        CountingEngine.loads.append(self.model_id)
+        return EngineInfo("counting", self.model_id, "cpu", "test", 64, "memory")
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        return []
+
+    def render_chat(self, messages: list[Message]) -> str:
+        return ""
+
+    async def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+        yield Delta(text="x", finish_reason="stop", completion_tokens=1)
+
+    def pending(self) -> int:
+        return self.queued
+
+    async def close(self) -> None:
+        CountingEngine.closes.append(self.model_id)
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    CountingEngine.loads, CountingEngine.closes = [], []
+
+
+def spec(model_id: str, source: str = "m.gguf") -> EngineSpec:
+    config = LlamaCppModel(engine="llamacpp", source=source)
+    return EngineSpec(model_id, config, Path("/routes"), ON_CPU)
+
+
+def pool(
+    max_loaded: int | None = None,
+    policies: dict[str, ModelPolicy] | None = None,
+    load_delay: float = 0.0,
+) -> tuple[EnginePool, list[float]]:
+    now = [0.0]
+    table = policies or {}
+    made = EnginePool(
+        lambda s: CountingEngine(s.model_id, load_delay),
+        policy=lambda model: table.get(model, ModelPolicy()),
+        max_loaded=max_loaded,
+        clock=lambda: now[0],
+    )
+    return made, now
+
+
+def loaded(engines: EnginePool) -> list[str]:
+    return [entry.spec.model_id for entry in engines.loaded()]
+
+
+async def use(engines: EnginePool, model_id: str) -> None:
+    lease = await engines.acquire(spec(model_id))
+    lease.release()
+
+
+@sync
+async def test_two_requests_for_an_unloaded_model_load_it_once() -> None:
+    engines, _ = pool(load_delay=0.2)
+    first, second = await asyncio.gather(engines.acquire(spec("a")), engines.acquire(spec("a")))
+    assert CountingEngine.loads == ["a"]
+    assert first.engine is second.engine
+
+
+@sync
+async def test_a_caller_that_gives_up_does_not_cancel_the_load_for_the_others() -> None:
+    engines, _ = pool(load_delay=0.2)
+    impatient = asyncio.ensure_future(engines.acquire(spec("a")))
+    patient = asyncio.ensure_future(engines.acquire(spec("a")))
+    await asyncio.sleep(0.05)
+    impatient.cancel()
+    lease = await patient
+    assert lease.info.model == "a"
+    assert CountingEngine.loads == ["a"]
+
+
+@sync
+async def test_the_cap_unloads_the_least_recently_used_model() -> None:
+    engines, now = pool(max_loaded=2)
+    for model, at in (("a", 1.0), ("b", 2.0), ("a", 3.0)):  # a used again: b is now the oldest
+        now[0] = at
+        await use(engines, model)
+    await use(engines, "c")
+    assert CountingEngine.closes == ["b"]
+    assert loaded(engines) == ["a", "c"]
+
+
+@sync
+async def test_a_pinned_model_is_never_the_one_evicted() -> None:
+    engines, _ = pool(max_loaded=2, policies={"a": ModelPolicy(pinned=True)})
+    for model in ("a", "b", "c"):
+        await use(engines, model)
+    assert CountingEngine.closes == ["b"]
+    assert loaded(engines) == ["a", "c"]
+
+
+@sync
+async def test_a_busy_model_is_not_unloaded_under_its_request() -> None:
+    engines, _ = pool(max_loaded=1)
+    held = await engines.acquire(spec("a"))
+    await use(engines, "b")  # over the cap for now: a is serving a request
+    assert loaded(engines) == ["a", "b"]
+    assert CountingEngine.closes == []
+    held.release()
+    await engines.sweep()  # the sweep brings the count back to the cap
+    assert CountingEngine.closes == ["a"]
+
+
+@sync
+async def test_a_queued_request_keeps_a_model_busy() -> None:
+    engines, _ = pool(max_loaded=1)
+    await use(engines, "a")
+    engine = engines.loaded()[0].engine
+    assert isinstance(engine, CountingEngine)
+    engine.queued = 1
+    await use(engines, "b")
+    assert CountingEngine.closes == []
+
+
+@sync
+async def test_keep_alive_unloads_a_model_idle_that_long() -> None:
+    engines, now = pool(policies={"a": ModelPolicy(keep_alive=30.0)})
+    await use(engines, "a")
+    await use(engines, "b")  # no keep_alive: stays
+    now[0] = 29.0
+    await engines.sweep()
+    assert loaded(engines) == ["a", "b"]
+    now[0] = 30.0
+    await engines.sweep()
+    assert loaded(engines) == ["b"]
+    assert CountingEngine.closes == ["a"]
+
+
+@sync
+async def test_keep_alive_counts_from_the_end_of_the_last_request() -> None:
+    engines, now = pool(policies={"a": ModelPolicy(keep_alive=10.0)})
+    lease = await engines.acquire(spec("a"))
+    now[0] = 60.0
+    await engines.sweep()
+    assert loaded(engines) == ["a"]  # busy all along
+    lease.release()
+    now[0] = 65.0
+    await engines.sweep()
+    assert loaded(engines) == ["a"]
+    now[0] = 70.0
+    await engines.sweep()
+    assert loaded(engines) == []
+
+
+@sync
+async def test_a_pinned_model_ignores_keep_alive() -> None:
+    engines, now = pool(policies={"a": ModelPolicy(keep_alive=1.0, pinned=True)})
+    await use(engines, "a")
+    now[0] = 100.0
+    await engines.sweep()
+    assert loaded(engines) == ["a"]
+
+
+@sync
+async def test_a_reload_retires_changed_models_once_their_requests_end() -> None:
+    engines, _ = pool()
+    held = await engines.acquire(spec("a"))
+    await use(engines, "b")
+    new = {"a": spec("a", source="other.gguf"), "b": spec("b")}
+    retired = engines.retire_changed(new.get)
+    assert [entry.spec.model_id for entry in retired] == ["a"]
+    await engines.sweep()
+    assert CountingEngine.closes == []  # the old a still serves its request
+    lease = await engines.acquire(new["a"])  # a new request gets the new definition
+    assert lease.engine is not held.engine
+    assert CountingEngine.loads == ["a", "b", "a"]
+    held.release()
+    await engines.sweep()
+    assert CountingEngine.closes == ["a"]
+    assert [entry.retired for entry in engines.loaded()] == [False, False]
+
+
+@sync
+async def test_a_model_removed_by_a_reload_and_put_back_is_kept() -> None:
+    engines, _ = pool()
+    await use(engines, "a")
+    engines.retire_changed(lambda _: None)
+    engines.retire_changed({"a": spec("a")}.get)
+    await engines.sweep()
+    assert loaded(engines) == ["a"]
+    assert CountingEngine.closes == []
+
+
+@sync
+async def test_changing_keep_alive_or_pinned_does_not_reload_the_model() -> None:
+    plain = LlamaCppModel(engine="llamacpp", source="m.gguf")
+    tuned = LlamaCppModel(engine="llamacpp", source="m.gguf", keep_alive=5.0, pinned=True)
+    root = Path("/routes")
+    assert (
+        EngineSpec("a", plain, root, ON_CPU).fingerprint
+        == EngineSpec("a", tuned, root, ON_CPU).fingerprint
+    )
+
+
+def test_remote_models_do_not_count_toward_the_cap() -> None:
+    remote = RemoteModel(engine="remote", base_url="http://127.0.0.1:9/v1", model="x")
+    assert not EngineSpec("r", remote, Path("/routes"), ON_CPU).counts_toward_cap
+
+
+@sync
+async def test_the_stream_releases_its_lease_when_it_ends() -> None:
+    engines, _ = pool()
+    lease = await engines.acquire(spec("a"))
+    assert engines.loaded()[0].busy
+    deltas = [delta async for delta in lease.stream(GenerationJob.greedy((1,), max_tokens=1))]
+    assert deltas[-1].finish_reason == "stop"
+    assert not engines.loaded()[0].busy
