@@ -33,7 +33,9 @@ async def parse_body(request: Request[Any, Any, Any], schema: type[Body]) -> Bod
 
 
 def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadRequestError:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # A misspelt key also makes its required key "missing": name the misspelling first.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     param = ".".join(str(p) for p in err["loc"]) or None
     if err["type"] == "extra_forbidden":
         close = difflib.get_close_matches(str(err["loc"][-1]), list(schema.model_fields), n=1)
