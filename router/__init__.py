@@ -4,6 +4,7 @@ Pure apart from reading the file: no engines, no network.
 """
 
 from router._errors import (
+    AuthenticationError,
     BadRequestError,
     ConfigError,
     ContextLengthExceededError,
@@ -11,6 +12,7 @@ from router._errors import (
     EngineError,
     GatewayTimeoutError,
     OverloadedError,
+    PermissionDeniedError,
     PrivacyError,
     RequestError,
     ServiceUnavailableError,
@@ -53,6 +55,7 @@ __all__ = [
     "REMOTE_ENGINE",
     "STRICT_REASON",
     "Attempt",
+    "AuthenticationError",
     "BadRequestError",
     "ConfigError",
     "ContextLengthExceededError",
@@ -70,6 +73,7 @@ __all__ = [
     "OnnxGenaiModel",
     "OnnxGenaiOptions",
     "OverloadedError",
+    "PermissionDeniedError",
     "Placement",
     "Plan",
     "PrivacyError",
