@@ -174,6 +174,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from engines import detect_inventory
     from gateway._app import create_app
+    from gateway._auth import AccessPolicy, exposure_warning
     from gateway._runtime import Runtime
 
     settings = _settings(
@@ -182,6 +183,10 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
+    policy = AccessPolicy.from_settings(settings)  # a bad ZEST_API_KEYS_FILE fails here, early
+    log.info(policy.describe())
+    if warning := exposure_warning(settings.host, settings.port, policy):
+        log.warning(warning)
     runtime = Runtime(
         load_routes(settings.routes),
         detect_inventory(settings.emulate_devices),
@@ -201,7 +206,7 @@ def _serve(args: argparse.Namespace) -> int:
         "serving on http://%s:%d/v1 (OpenAI-compatible) and /api/v1", settings.host, settings.port
     )
     uvicorn.run(
-        create_app(runtime),
+        create_app(runtime, settings),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
