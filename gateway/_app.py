@@ -27,7 +27,9 @@ from gateway._schemas import (
     SamplingFields,
     TaskRequest,
 )
+from gateway._security import HttpSecurity, body_too_large_message
 from gateway._service import Generation, build_prompt, start_generation
+from gateway._settings import Settings
 from router import BadRequestError, RequestError, find_route
 
 __all__ = ["create_app"]
@@ -236,6 +238,8 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
         message = f"no such endpoint: {request.method} {request.url.path} (see README for the API)"
     elif status == 405:
         message = f"method {request.method} is not allowed on {request.url.path}"
+    elif status == 413:
+        message = body_too_large_message(request.route_handler.resolve_request_max_body_size())
     body = {
         "error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}
     }
@@ -255,10 +259,16 @@ def _internal_error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     return Response(body, status_code=500)
 
 
-def create_app(runtime: Runtime, *, watch_routes: bool = True) -> Litestar:
+def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
     """The ASGI app; `runtime` starts (warm start, sweeps, reload triggers) on startup and is
-    closed on shutdown."""
-    reloader = Reloader(runtime, watch=watch_routes)
+    closed on shutdown.
+
+    `settings` (default: from the environment) gives its keys, CORS origins, body limit and
+    whether the routes file is watched.
+    """
+    settings = settings or Settings()
+    security = HttpSecurity.from_settings(settings)
+    reloader = Reloader(runtime, watch=settings.watch)
     handlers = [
         *OPS_HANDLERS,
         chat_completions,
@@ -304,6 +314,9 @@ def create_app(runtime: Runtime, *, watch_routes: bool = True) -> Litestar:
             Exception: _internal_error,
         },
         lifespan=[lifespan],
+        guards=[security.guard],
+        cors_config=security.cors,
+        request_max_body_size=security.max_body_bytes,
         openapi_config=None,
         logging_config=None,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from pydantic import PositiveInt, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -23,3 +24,10 @@ class Settings(BaseSettings):
     privacy: Literal["standard", "strict"] = "standard"
     # Reload routes.yaml when the file changes (SIGHUP and POST /api/v1/admin/reload always do).
     watch: bool = True
+    # Security (README, Security). Keys are SecretStr so that no repr or log shows them; the
+    # lists are plain comma-separated strings (pydantic-settings would parse a list as JSON).
+    api_keys: SecretStr = SecretStr("")  # empty: no auth on the API
+    api_keys_file: Path | None = None  # more API keys, one a line (# comments allowed)
+    admin_key: SecretStr = SecretStr("")
+    max_body_bytes: PositiveInt = 8 * 1024 * 1024
+    cors_origins: str = ""  # empty: CORS off

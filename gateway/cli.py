@@ -173,6 +173,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from engines import detect_inventory
     from gateway._app import create_app
+    from gateway._auth import AccessPolicy, exposure_warning
     from gateway._runtime import Runtime
 
     settings = _settings(
@@ -181,6 +182,10 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
+    policy = AccessPolicy.from_settings(settings)  # a bad ZEST_API_KEYS_FILE fails here, early
+    log.info(policy.describe())
+    if warning := exposure_warning(settings.host, settings.port, policy):
+        log.warning(warning)
     runtime = Runtime(
         load_routes(settings.routes),
         detect_inventory(settings.emulate_devices),
@@ -197,7 +202,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
     fatal: list[str] = []
     config = uvicorn.Config(
-        create_app(runtime, watch_routes=settings.watch),
+        create_app(runtime, settings),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,

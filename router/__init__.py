@@ -4,6 +4,7 @@ Pure apart from reading the file: no engines, no network.
 """
 
 from router._errors import (
+    AuthenticationError,
     BadRequestError,
     ConfigError,
     ContextLengthExceededError,
@@ -11,6 +12,7 @@ from router._errors import (
     EngineError,
     GatewayTimeoutError,
     OverloadedError,
+    PermissionDeniedError,
     PrivacyError,
     RequestError,
     ServiceUnavailableError,
@@ -54,6 +56,7 @@ __all__ = [
     "REMOTE_ENGINE",
     "STRICT_REASON",
     "Attempt",
+    "AuthenticationError",
     "BadRequestError",
     "ConfigError",
     "ContextLengthExceededError",
@@ -72,6 +75,7 @@ __all__ = [
     "OnnxGenaiModel",
     "OnnxGenaiOptions",
     "OverloadedError",
+    "PermissionDeniedError",
     "Placement",
     "Plan",
     "PrivacyError",

@@ -5,6 +5,8 @@
     └── RequestError                carries an HTTP status and an OpenAI error type/code
         ├── BadRequestError         400 invalid_request_error
         │   └── ContextLengthExceededError   400 code=context_length_exceeded
+        ├── AuthenticationError     401 code=invalid_api_key (WWW-Authenticate: Bearer)
+        ├── PermissionDeniedError   403 permission_error: an admin route without the admin key
         ├── UnknownTaskError        404 code=model_not_found
         ├── UpstreamRejectedError   502 code=upstream_rejected (the upstream refused: auth, 404)
         ├── GatewayTimeoutError     504 code=first_token_timeout | total_timeout
@@ -22,6 +24,7 @@ Which of these move a request on to its next attempt is policies._fallback's bus
 from __future__ import annotations
 
 __all__ = [
+    "AuthenticationError",
     "BadRequestError",
     "ConfigError",
     "ContextLengthExceededError",
@@ -29,6 +32,7 @@ __all__ = [
     "EngineError",
     "GatewayTimeoutError",
     "OverloadedError",
+    "PermissionDeniedError",
     "PrivacyError",
     "RequestError",
     "ServiceUnavailableError",
@@ -82,6 +86,26 @@ class BadRequestError(RequestError):
 class ContextLengthExceededError(BadRequestError):
     def __init__(self, message: str, *, param: str | None = "messages") -> None:
         super().__init__(message, param=param, code="context_length_exceeded")
+
+
+class AuthenticationError(RequestError):
+    """No API key, or one the server does not know (OpenAI answers its 401s the same way)."""
+
+    status_code = 401
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="invalid_api_key")
+        self.headers["www-authenticate"] = "Bearer"
+
+
+class PermissionDeniedError(RequestError):
+    """A known key that may not do this (an API key on an admin route)."""
+
+    status_code = 403
+    error_type = "permission_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="admin_key_required")
 
 
 class UnknownTaskError(RequestError):

@@ -1,0 +1,186 @@
+"""Who may call which route: bearer API keys, the admin key, and the probes left open.
+
+Rules (README, Security):
+- no API keys configured: the API is open (the default, for a loopback-bound server);
+- API keys configured: every route needs one (or the admin key), except the liveness and
+  readiness probes and OPTIONS requests (CORS preflights never carry credentials);
+- admin routes (handlers with ``opt={"admin": True}``) need the admin key; an API key is not
+  enough. Without an admin key they are open only where the API is: no API keys and a loopback
+  bind. Anywhere else a reachable admin route would let anyone reload or unload models.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from litestar.connection import ASGIConnection
+from litestar.handlers import BaseRouteHandler
+
+from gateway._settings import Settings
+from router import AuthenticationError, ConfigError, PermissionDeniedError
+
+__all__ = [
+    "PUBLIC_PATHS",
+    "AccessPolicy",
+    "AuthGuard",
+    "credential_of",
+    "exposure_warning",
+    "is_loopback",
+    "parse_keys",
+    "read_key_file",
+]
+
+# Probes must answer without a key: orchestrators rarely hold one.
+PUBLIC_PATHS = frozenset({"/api/v1/health", "/v1/health", "/api/v1/ready", "/v1/ready"})
+SEND_KEY = "send 'Authorization: Bearer <key>'; the keys are set with ZEST_API_KEYS"
+SEND_ADMIN_KEY = "send 'Authorization: Bearer <admin key>', the key set with ZEST_ADMIN_KEY"
+
+
+def parse_keys(text: str) -> tuple[str, ...]:
+    """Keys separated by commas or newlines; blank entries and `#` comment lines are dropped."""
+    keys = (
+        key.strip()
+        for line in text.splitlines()
+        if not line.lstrip().startswith("#")
+        for key in line.split(",")
+    )
+    return tuple(dict.fromkeys(key for key in keys if key))
+
+
+def read_key_file(path: Path) -> tuple[str, ...]:
+    try:
+        keys = parse_keys(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(
+            [f"ZEST_API_KEYS_FILE: cannot read {path}: {reason}: point it at a file of keys"]
+        ) from None
+    if not keys:
+        # An empty file must not switch auth off silently.
+        raise ConfigError(
+            [f"ZEST_API_KEYS_FILE: {path} holds no key: write one key a line, or unset it"]
+        )
+    return keys
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost: it may resolve anywhere
+
+
+def exposure_warning(host: str, port: int, policy: AccessPolicy) -> str | None:
+    """The warning to log when the server is reachable from elsewhere with no key required."""
+    if policy.api_keys or is_loopback(host):
+        return None
+    return (
+        f"zest is listening on {host}:{port} without API keys: anyone who can reach this port "
+        "can use it; set ZEST_API_KEYS"
+    )
+
+
+def credential_of(headers: Mapping[str, str]) -> str | None:
+    """The key a request presents: `Authorization: Bearer KEY`, else `x-api-key: KEY`."""
+    authorization = headers.get("authorization")
+    if authorization is None:
+        return headers.get("x-api-key")
+    scheme, _, token = authorization.partition(" ")
+    # Another scheme (Basic, ...) is kept whole: it matches no key, so it is answered 401.
+    return token.strip() if scheme.lower() == "bearer" else authorization
+
+
+def _matches(credential: str | None, keys: Iterable[str]) -> bool:
+    if credential is None:
+        return False
+    given = credential.encode()
+    found = False
+    for key in keys:  # compare with every key, in constant time, so timing tells nothing
+        found |= secrets.compare_digest(given, key.encode())
+    return found
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    api_keys: tuple[str, ...] = ()
+    admin_key: str = ""
+    loopback: bool = True  # the server binds a loopback address
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AccessPolicy:
+        keys = parse_keys(settings.api_keys.get_secret_value())
+        if settings.api_keys_file is not None:
+            keys = tuple(dict.fromkeys(keys + read_key_file(settings.api_keys_file)))
+        return cls(keys, settings.admin_key.get_secret_value().strip(), is_loopback(settings.host))
+
+    def describe(self) -> str:
+        """For the startup log: how many keys, never the keys."""
+        api = f"{len(self.api_keys)} API key(s)" if self.api_keys else "off (no ZEST_API_KEYS)"
+        admin = "set" if self.admin_key else "not set"
+        return f"auth: {api}; admin key: {admin}"
+
+    def authorize(self, credential: str | None, *, admin: bool) -> None:
+        """Raise AuthenticationError (401) or PermissionDeniedError (403) unless allowed."""
+        if self.api_keys:
+            self._check_api_key(credential)
+        if admin:
+            self._check_admin_key(credential)
+
+    def _is_admin(self, credential: str | None) -> bool:
+        return bool(self.admin_key) and _matches(credential, [self.admin_key])
+
+    def _check_api_key(self, credential: str | None) -> None:
+        if credential is None:
+            raise AuthenticationError(f"missing API key: {SEND_KEY}")
+        if not (_matches(credential, self.api_keys) or self._is_admin(credential)):
+            raise AuthenticationError(f"invalid API key: {SEND_KEY}")
+
+    def _check_admin_key(self, credential: str | None) -> None:
+        if not self.admin_key:
+            self._check_open_admin()
+            return
+        if self._is_admin(credential):
+            return
+        if _matches(credential, self.api_keys):
+            raise PermissionDeniedError(
+                f"this is an admin route and an API key is not enough: {SEND_ADMIN_KEY}"
+            )
+        problem = "missing" if credential is None else "invalid"
+        raise AuthenticationError(f"{problem} admin key: this is an admin route; {SEND_ADMIN_KEY}")
+
+    def _check_open_admin(self) -> None:
+        """Without an admin key, admin routes are open only on a keyless loopback server."""
+        if self.api_keys:
+            why = "the server has API keys"
+        elif not self.loopback:
+            why = "the server listens beyond loopback"
+        else:
+            return
+        raise PermissionDeniedError(
+            f"admin routes need an admin key because {why}: set ZEST_ADMIN_KEY on the server "
+            "and send it as 'Authorization: Bearer <admin key>'"
+        )
+
+
+class AuthGuard:
+    """The Litestar guard applying an AccessPolicy to every route handler of the app."""
+
+    def __init__(self, policy: AccessPolicy) -> None:
+        self.policy = policy
+
+    def __call__(
+        self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+    ) -> None:
+        if connection.scope.get("method") == "OPTIONS":
+            return
+        if connection.scope["path"].rstrip("/") in PUBLIC_PATHS:
+            return
+        admin = bool(handler.opt.get("admin"))
+        self.policy.authorize(credential_of(connection.headers), admin=admin)

@@ -1,0 +1,63 @@
+"""The app's security settings in Litestar's terms: the auth guard, CORS, the body size limit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from litestar.config.cors import CORSConfig
+
+from gateway._auth import AccessPolicy, AuthGuard
+from gateway._settings import Settings
+
+__all__ = ["EXPOSED_HEADERS", "HttpSecurity", "body_too_large_message", "cors_config"]
+
+# What a browser app may read of an answer: what served the request, and when to retry.
+EXPOSED_HEADERS = [
+    "x-request-id",
+    "x-zest-route",
+    "x-zest-plan",
+    "x-zest-fallbacks",
+    "x-zest-trimmed",
+    "x-zest-pipeline",
+    "retry-after",
+]
+
+
+def cors_config(origins: str) -> CORSConfig | None:
+    """CORS for the comma-separated `origins` (`*` for any); none configured: CORS stays off."""
+    allowed = [origin.strip() for origin in origins.split(",") if origin.strip()]
+    if not allowed:
+        return None
+    return CORSConfig(
+        allow_origins=allowed,
+        allow_headers=["authorization", "content-type", "x-api-key"],
+        expose_headers=EXPOSED_HEADERS,
+    )
+
+
+def body_too_large_message(limit: int | None) -> str:
+    size = f"{limit} bytes" if limit is not None else "the server's limit"
+    return (
+        f"the request body is larger than {size}: send a smaller body, "
+        "or raise the limit with ZEST_MAX_BODY_BYTES on the server"
+    )
+
+
+@dataclass(frozen=True)
+class HttpSecurity:
+    policy: AccessPolicy
+    cors: CORSConfig | None
+    max_body_bytes: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HttpSecurity:
+        """Raises ConfigError when ZEST_API_KEYS_FILE cannot be read or holds no key."""
+        return cls(
+            AccessPolicy.from_settings(settings),
+            cors_config(settings.cors_origins),
+            settings.max_body_bytes,
+        )
+
+    @property
+    def guard(self) -> AuthGuard:
+        return AuthGuard(self.policy)

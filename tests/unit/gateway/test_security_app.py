@@ -1,0 +1,176 @@
+"""The guard, CORS and the body limit in a small Litestar app wired like create_app's.
+
+create_app needs a loaded model; these handlers stand in for its routes (and for the admin
+routes, handlers with opt={"admin": True}), so the HTTP side is checked without one. The real
+server is checked end to end in tests/e2e/test_security.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from litestar import Litestar, Request, Router, get, post
+from litestar.exceptions import HTTPException
+from litestar.testing import TestClient
+
+from gateway import Settings
+from gateway._app import _http_error, _request_error
+from gateway._security import EXPOSED_HEADERS, HttpSecurity
+from router import RequestError
+
+
+@get("/health")
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@post("/echo", status_code=200)
+async def echo(request: Request[Any, Any, Any]) -> dict[str, int]:
+    return {"bytes": len(await request.body())}
+
+
+@post("/admin/reload", status_code=200, opt={"admin": True})
+async def reload() -> dict[str, str]:
+    return {"status": "reloaded"}
+
+
+def app_for(settings: Settings) -> Litestar:
+    security = HttpSecurity.from_settings(settings)
+    handlers = [health, echo, reload]
+    return Litestar(
+        route_handlers=[Router("/api/v1", route_handlers=handlers)],
+        exception_handlers={RequestError: _request_error, HTTPException: _http_error},
+        guards=[security.guard],
+        cors_config=security.cors,
+        request_max_body_size=security.max_body_bytes,
+        openapi_config=None,
+        logging_config=None,
+    )
+
+
+@pytest.fixture
+def secured() -> Iterator[TestClient[Litestar]]:
+    settings = Settings(
+        api_keys="sk-a,sk-b",  # type: ignore[arg-type]
+        admin_key="sk-admin",  # type: ignore[arg-type]
+        max_body_bytes=64,
+        cors_origins="https://app.example",
+    )
+    with TestClient(app_for(settings)) as client:
+        yield client
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def test_no_key_is_a_401_that_says_how_to_send_one(secured: TestClient[Litestar]) -> None:
+    reply = secured.post("/api/v1/echo", content=b"{}")
+    assert reply.status_code == 401
+    assert reply.headers["www-authenticate"] == "Bearer"
+    assert reply.json() == {
+        "error": {
+            "message": "missing API key: send 'Authorization: Bearer <key>'; "
+            "the keys are set with ZEST_API_KEYS",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+    }
+
+
+def test_keys_open_the_api(secured: TestClient[Litestar]) -> None:
+    assert secured.post("/api/v1/echo", content=b"{}", headers=bearer("sk-b")).json() == {
+        "bytes": 2
+    }
+    reply = secured.post("/api/v1/echo", content=b"{}", headers={"x-api-key": "sk-a"})
+    assert reply.status_code == 200
+    assert secured.post("/api/v1/echo", headers=bearer("sk-c")).status_code == 401
+
+
+def test_health_needs_no_key(secured: TestClient[Litestar]) -> None:
+    assert secured.get("/api/v1/health").status_code == 200
+    assert secured.get("/api/v1/health/").status_code == 200
+
+
+def test_admin_routes_need_the_admin_key(secured: TestClient[Litestar]) -> None:
+    refused = secured.post("/api/v1/admin/reload", headers=bearer("sk-a"))
+    assert refused.status_code == 403
+    assert refused.json()["error"] == {
+        "message": "this is an admin route and an API key is not enough: "
+        "send 'Authorization: Bearer <admin key>', the key set with ZEST_ADMIN_KEY",
+        "type": "permission_error",
+        "param": None,
+        "code": "admin_key_required",
+    }
+    assert secured.post("/api/v1/admin/reload").status_code == 401
+    reply = secured.post("/api/v1/admin/reload", headers=bearer("sk-admin"))
+    assert reply.json() == {"status": "reloaded"}
+
+
+def test_a_body_over_the_limit_is_a_413(secured: TestClient[Litestar]) -> None:
+    reply = secured.post("/api/v1/echo", content=b"x" * 65, headers=bearer("sk-a"))
+    assert reply.status_code == 413
+    assert reply.json()["error"] == {
+        "message": "the request body is larger than 64 bytes: send a smaller body, "
+        "or raise the limit with ZEST_MAX_BODY_BYTES on the server",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+    at_limit = secured.post("/api/v1/echo", content=b"x" * 64, headers=bearer("sk-a"))
+    assert at_limit.json() == {"bytes": 64}
+
+
+def test_a_streamed_body_over_the_limit_is_a_413(secured: TestClient[Litestar]) -> None:
+    chunks = iter([b"x" * 40, b"x" * 40])  # no content-length: counted as it arrives
+    reply = secured.post("/api/v1/echo", content=chunks, headers=bearer("sk-a"))
+    assert reply.status_code == 413
+
+
+def test_a_preflight_from_a_configured_origin_is_allowed(secured: TestClient[Litestar]) -> None:
+    reply = secured.options(
+        "/api/v1/echo",
+        headers={
+            "origin": "https://app.example",
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "authorization, content-type",
+        },
+    )
+    assert reply.status_code == 204
+    assert reply.headers["access-control-allow-origin"] == "https://app.example"
+    answer = secured.post(
+        "/api/v1/echo", headers={**bearer("sk-a"), "origin": "https://app.example"}
+    )
+    assert answer.headers["access-control-allow-origin"] == "https://app.example"
+    exposed = answer.headers["access-control-expose-headers"].split(", ")
+    assert sorted(exposed) == sorted(EXPOSED_HEADERS)
+
+
+def test_a_preflight_from_another_origin_is_refused(secured: TestClient[Litestar]) -> None:
+    reply = secured.options(
+        "/api/v1/echo",
+        headers={"origin": "https://evil.example", "access-control-request-method": "POST"},
+    )
+    assert "access-control-allow-origin" not in reply.headers
+
+
+def test_without_keys_everything_is_open_on_loopback() -> None:
+    with TestClient(app_for(Settings())) as client:
+        assert client.post("/api/v1/echo", content=b"{}").status_code == 200
+        assert client.post("/api/v1/admin/reload").json() == {"status": "reloaded"}
+        preflight = client.options(
+            "/api/v1/echo",
+            headers={"origin": "https://app.example", "access-control-request-method": "POST"},
+        )
+        assert "access-control-allow-origin" not in preflight.headers
+
+
+def test_without_an_admin_key_a_server_beyond_loopback_closes_admin_routes() -> None:
+    with TestClient(app_for(Settings(host="0.0.0.0"))) as client:
+        assert client.post("/api/v1/echo", content=b"{}").status_code == 200
+        reply = client.post("/api/v1/admin/reload")
+        assert reply.status_code == 403
+        assert "set ZEST_ADMIN_KEY" in reply.json()["error"]["message"]
