@@ -1,0 +1,362 @@
+"""Prometheus metrics (GET /metrics) and the last request's figures (GET /v1/stats).
+
+Each app has its own registry (not prometheus_client's global one), so that several apps in one
+process do not collide. A `RequestRecord` follows one generation request from its arrival to
+its end and is the only writer of request metrics: it publishes everything once, when the
+request ends, with bounded labels (task names are checked against routes.yaml; never a request
+id or user text). Gauges that describe the runtime (queues, loaded models, devices) are read at
+scrape time by `RuntimeCollector`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engines import Delta, EngineInfo, StageStats
+from gateway._runtime import Runtime
+from router import RequestError
+
+if TYPE_CHECKING:
+    from gateway._service import Generation
+
+__all__ = ["CONTENT_TYPE", "Metrics", "RequestRecord", "loaded_engines", "outcome_of"]
+
+# The format generate_latest writes (prometheus_client's CONTENT_TYPE_LATEST has moved on to
+# 1.0.0); Litestar appends "; charset=utf-8" to text types itself.
+CONTENT_TYPE = "text/plain; version=0.0.4"
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+STAGE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+MAX_TOKEN_TIMES = 1024  # /stats' decode_token_times keeps the first this many gaps
+UNKNOWN = "unknown"  # a task name routes.yaml does not know (or a body without one)
+NONE = "none"  # no attempt was made (the request failed before its plan ran)
+_WORD_BOUNDARY = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def loaded_engines(runtime: Runtime) -> list[tuple[EngineInfo, int]]:
+    """Each loaded engine with its queue depth: the one place that knows how the runtime holds
+    its engines."""
+    return [(info, runtime.engines[key].pending()) for key, info in runtime.infos.items()]
+
+
+def outcome_of(error: BaseException, *, after_first_token: bool = False) -> str:
+    """A request's outcome label for the error that ended it: its code (device_unavailable,
+    total_timeout…), else its class (bad_request, client_disconnected…); a foreign exception
+    is an internal_error before the first token and a stream_error after it."""
+    if isinstance(error, asyncio.CancelledError):
+        return "client_disconnected"
+    if isinstance(error, RequestError):
+        if error.code:
+            return error.code
+        if after_first_token:
+            return "stream_error"
+        return _class_outcome(type(error).__name__)
+    return "stream_error" if after_first_token else "internal_error"
+
+
+def _class_outcome(name: str) -> str:
+    """BadRequestError -> bad_request, ClientDisconnectedError -> client_disconnected; a
+    one-word name keeps its suffix: EngineError -> engine_error."""
+    words = _WORD_BOUNDARY.sub("_", name).lower().split("_")
+    if len(words) > 2 and words[-1] == "error":
+        words.pop()
+    return "_".join(words)
+
+
+class Metrics:
+    """The registry of one app and the figures of its last finished request."""
+
+    def __init__(self, runtime: Runtime | None = None) -> None:
+        self.runtime = runtime
+        self.registry = CollectorRegistry()
+        self.last: LastRequest | None = None
+        self._define()
+        if runtime is not None:
+            self.registry.register(RuntimeCollector(runtime))
+
+    def _define(self) -> None:
+        served = ("task", "model", "device")
+        self.requests = self._counter(
+            "zest_requests", "Generation requests by how they ended.", (*served, "outcome")
+        )
+        self.ttft = Histogram(
+            "zest_time_to_first_token_seconds",
+            "From the request's arrival to its first token.",
+            served,
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.itl = Histogram(
+            "zest_inter_token_latency_seconds",
+            "Gaps between the pieces of text a generation produced after its first.",
+            served,
+            buckets=ITL_BUCKETS,
+            registry=self.registry,
+        )
+        self.prompt_tokens = self._counter(
+            "zest_prompt_tokens", "Prompt tokens of requests that reached a first token.", served
+        )
+        self.cached_prompt_tokens = self._counter(
+            "zest_cached_prompt_tokens", "Prompt tokens reused from the prefix cache.", served
+        )
+        self.completion_tokens = self._counter(
+            "zest_completion_tokens", "Completion tokens of finished generations.", served
+        )
+        self.fallbacks = self._counter(
+            "zest_fallbacks", "Attempts that failed and moved a request on.", ("task", "reason")
+        )
+        self.trimmed_tokens = self._counter(
+            "zest_trimmed_tokens", "Prompt tokens trimmed to fit a budget.", ("task", "strategy")
+        )
+        self.stage_seconds = Histogram(
+            "zest_pipeline_stage_seconds",
+            "Time of each pipeline stage (prefill, handoff, decode) per device.",
+            ("stage", "device"),
+            buckets=STAGE_BUCKETS,
+            registry=self.registry,
+        )
+
+    def _counter(self, name: str, doc: str, labels: tuple[str, ...]) -> Counter:
+        return Counter(name, doc, labels, registry=self.registry)
+
+    def begin(self, task: str | None = None) -> RequestRecord:
+        """A record for a request arriving now; `task` when the path already names it."""
+        record = RequestRecord(self)
+        if task is not None:
+            record.name_task(task)
+        return record
+
+    def task_label(self, name: str) -> str:
+        """`name` when routes.yaml knows it (a task, or an exposed model), else "unknown"."""
+        if self.runtime is None:
+            return name
+        config = self.runtime.routes.config
+        known = name in config.routes or (config.expose_models and name in config.models)
+        return name if known else UNKNOWN
+
+    def scrape(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def stats(self) -> dict[str, Any]:
+        """Lemonade's /stats fields (and zest's task, model, device): all null before any."""
+        if self.last is None:
+            return dict.fromkeys(LastRequest.FIELDS)
+        return self.last.as_stats()
+
+
+@dataclass(frozen=True)
+class LastRequest:
+    """The figures of one finished request, as GET /v1/stats shows them."""
+
+    FIELDS = (
+        "time_to_first_token",
+        "tokens_per_second",
+        "input_tokens",
+        "output_tokens",
+        "decode_token_times",
+        "prompt_tokens",
+        "task",
+        "model",
+        "device",
+    )
+
+    task: str
+    model: str
+    device: str
+    time_to_first_token: float
+    tokens_per_second: float | None
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    decode_token_times: tuple[float, ...]
+
+    def as_stats(self) -> dict[str, Any]:
+        return {
+            "time_to_first_token": round(self.time_to_first_token, 6),
+            "tokens_per_second": None
+            if self.tokens_per_second is None
+            else round(self.tokens_per_second, 2),
+            # Lemonade: input_tokens are the tokens processed, prompt_tokens include cached ones.
+            "input_tokens": self.prompt_tokens - self.cached_tokens,
+            "output_tokens": self.output_tokens,
+            "decode_token_times": [round(t, 6) for t in self.decode_token_times],
+            "prompt_tokens": self.prompt_tokens,
+            "task": self.task,
+            "model": self.model,
+            "device": self.device,
+        }
+
+
+class RequestRecord:
+    """One request from its arrival to its end; publishes to `metrics` once, when it ends.
+
+    Without metrics (a generation started outside the app) it only keeps the figures. A plain
+    class, not a dataclass: Litestar would resolve a dataclass's annotations (Generation).
+    """
+
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics
+        self.arrived = time.perf_counter()
+        self.task: str | None = None
+        self.model, self.device = NONE, NONE
+        self.outcome: str | None = None
+        self.fallback_reasons: list[str] = []
+        self.gen: Generation | None = None
+        self.ttft: float | None = None
+        self.token_gaps: list[float] = []
+        self.completion_tokens: int | None = None
+        self._first_at = self._last_text_at = self._last_at = 0.0
+
+    def name_task(self, name: str) -> None:
+        """Label the record with the requested task, unless it already has one (the path's)."""
+        if self.task is None:
+            self.task = self.metrics.task_label(name) if self.metrics else name
+
+    def attempt(self, model: str, device: str) -> None:
+        """The attempt being tried: an error that ends the request is labelled with it."""
+        self.model, self.device = model, device
+
+    def fell_back(self, kind: str) -> None:
+        """An attempt failed with `kind` (policies.FailureKind) and the request moved on."""
+        self.fallback_reasons.append(kind.replace(" ", "_"))
+
+    def first_token(self, gen: Generation) -> None:
+        self._first_at = self._last_text_at = self._last_at = time.perf_counter()
+        self.ttft = self._first_at - self.arrived
+        self.gen = gen
+        self.model, self.device = gen.info.model, gen.info.device
+
+    def delta(self, delta: Delta) -> None:
+        """A delta handed to the client; the final one ends the request as ok."""
+        now = time.perf_counter()
+        if self.gen is not None and delta is not self.gen.first:
+            self._last_at = now
+            if delta.text:
+                self.token_gaps.append(now - self._last_text_at)
+                self._last_text_at = now
+        if delta.finish_reason is not None:
+            self.completion_tokens = delta.completion_tokens
+            self.finish("ok")
+
+    def fail(self, error: BaseException) -> None:
+        self.finish(outcome_of(error, after_first_token=self.gen is not None))
+
+    def close(self) -> None:
+        """The response is closed: a request that has not ended yet lost its client."""
+        self.finish("client_disconnected")
+
+    def finish(self, outcome: str) -> None:
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        if self.metrics is not None:
+            self._publish(self.metrics)
+
+    def _publish(self, metrics: Metrics) -> None:
+        task = self.task or UNKNOWN
+        metrics.requests.labels(task, self.model, self.device, self.outcome).inc()
+        for reason in self.fallback_reasons:
+            metrics.fallbacks.labels(task, reason).inc()
+        if self.gen is not None and self.ttft is not None:
+            self._publish_generation(metrics, task, self.gen, self.ttft)
+
+    def _publish_generation(
+        self, metrics: Metrics, task: str, gen: Generation, ttft: float
+    ) -> None:
+        served = (task, self.model, self.device)
+        metrics.ttft.labels(*served).observe(ttft)
+        itl = metrics.itl.labels(*served)
+        for gap in self.token_gaps:
+            itl.observe(gap)
+        metrics.prompt_tokens.labels(*served).inc(gen.prompt_tokens)
+        metrics.cached_prompt_tokens.labels(*served).inc(gen.first.cached_tokens)
+        if gen.trimmed is not None:
+            metrics.trimmed_tokens.labels(task, gen.trimmed.strategy).inc(
+                gen.trimmed.trimmed_tokens
+            )
+        stats = gen.final_stats or gen.first.stats
+        if stats is not None:
+            _observe_stages(metrics, stats)
+        if self.completion_tokens is not None:
+            metrics.completion_tokens.labels(*served).inc(self.completion_tokens)
+            metrics.last = self._last_request(task, gen, ttft, self.completion_tokens)
+
+    def _last_request(self, task: str, gen: Generation, ttft: float, tokens: int) -> LastRequest:
+        return LastRequest(
+            task=task,
+            model=self.model,
+            device=self.device,
+            time_to_first_token=ttft,
+            tokens_per_second=self._decode_rate(gen.final_stats, tokens),
+            prompt_tokens=gen.prompt_tokens,
+            cached_tokens=gen.first.cached_tokens,
+            output_tokens=tokens,
+            decode_token_times=tuple(self.token_gaps[:MAX_TOKEN_TIMES]),
+        )
+
+    def _decode_rate(self, stats: StageStats | None, tokens: int) -> float | None:
+        """Tokens after the first per second: the engine's own figure when it reports one,
+        else the pace at which the deltas arrived here."""
+        if stats is not None and stats.decode_ms > 0 and stats.decode_tokens > 0:
+            return stats.decode_tokens / (stats.decode_ms / 1000)
+        seconds = self._last_at - self._first_at
+        return (tokens - 1) / seconds if tokens > 1 and seconds > 0 else None
+
+
+def _observe_stages(metrics: Metrics, stats: StageStats) -> None:
+    stage = metrics.stage_seconds
+    stage.labels("prefill", stats.prefill_device).observe(stats.prefill_ms / 1000)
+    if stats.handoff_ms is not None:
+        handoff = f"{stats.prefill_device}->{stats.decode_device}"
+        stage.labels("handoff", handoff).observe(stats.handoff_ms / 1000)
+    if stats.decode_ms > 0:
+        stage.labels("decode", stats.decode_device).observe(stats.decode_ms / 1000)
+
+
+class RuntimeCollector(Collector):
+    """Gauges read from the runtime at scrape time: queues, loaded models, devices."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterable[Metric]:
+        loaded = loaded_engines(self.runtime)
+        queue = GaugeMetricFamily(
+            "zest_queue_depth",
+            "Jobs submitted to a loaded engine and not finished.",
+            labels=("model", "device"),
+        )
+        models = GaugeMetricFamily(
+            "zest_model_loaded",
+            "1 for each loaded model, with its engine and device.",
+            labels=("model", "engine", "device"),
+        )
+        for info, pending in loaded:
+            queue.add_metric((info.model, info.device), pending)
+            models.add_metric((info.model, info.engine, info.device), 1)
+        yield queue
+        yield models
+        yield GaugeMetricFamily(
+            "zest_loaded_models", "Models loaded (one per model and placement).", value=len(loaded)
+        )
+        yield self._devices()
+
+    def _devices(self) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(
+            "zest_device_info",
+            "1 for each device of the inventory; emulated devices say so.",
+            labels=("device", "kind", "emulated", "detected_by"),
+        )
+        for name, device in sorted(self.runtime.inventory.devices.items()):
+            emulated = "true" if device.emulated else "false"
+            family.add_metric((device.label, name, emulated, device.detected_by), 1)
+        return family
