@@ -16,6 +16,13 @@ from litestar.response import Stream
 
 from gateway._body import parse_body
 from gateway._explain import describe_inventory, explain_task
+from gateway._metrics import Metrics, RequestRecord
+from gateway._metrics_api import (
+    last_stats,
+    prometheus_metrics,
+    provide_record,
+    record_failure,
+)
 from gateway._ops import OPS_HANDLERS
 from gateway._reload import Reloader
 from gateway._responses import collect_body, sse_events
@@ -49,11 +56,13 @@ async def _respond(
     name: str,
     kind: Kind,
     body: SamplingFields,
+    *,
+    record: RequestRecord,
     **inputs: Any,
 ) -> Response[Any]:
     request_id = "req_" + secrets.token_hex(8)
     gen = await start_generation(
-        runtime, name, kind=kind, body=body, request_id=request_id, **inputs
+        runtime, name, kind=kind, body=body, request_id=request_id, record=record, **inputs
     )
     if body.stream:
         headers = {**gen.headers(), "x-request-id": request_id}
@@ -98,22 +107,28 @@ def _stream_response(
 
 
 @post("/chat/completions", status_code=200)
-async def chat_completions(request: Request[Any, Any, Any], runtime: Runtime) -> Response[Any]:
+async def chat_completions(
+    request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
+) -> Response[Any]:
     body = await parse_body(request, ChatRequest)
-    return await _respond(request, runtime, body.model, "chat", body, messages=body.messages)
+    return await _respond(
+        request, runtime, body.model, "chat", body, record=record, messages=body.messages
+    )
 
 
 @post("/completions", status_code=200)
-async def completions(request: Request[Any, Any, Any], runtime: Runtime) -> Response[Any]:
+async def completions(
+    request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
+) -> Response[Any]:
     body = await parse_body(request, CompletionRequest)
     return await _respond(
-        request, runtime, body.model, "completion", body, prompt=body.prompt_text()
+        request, runtime, body.model, "completion", body, record=record, prompt=body.prompt_text()
     )
 
 
 @post("/tasks/{task:str}", status_code=200)
 async def task_endpoint(
-    task: str, request: Request[Any, Any, Any], runtime: Runtime
+    task: str, request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
 ) -> Response[Any]:
     body = await parse_body(request, TaskRequest)
     route = runtime.routes.config.routes.get(task)  # its kind only: the request reads the table
@@ -124,13 +139,14 @@ async def task_endpoint(
                 f"task {task!r} is a completion route: send 'prompt' (or 'input'), not messages",
                 param="messages",
             )
-        return await _respond(request, runtime, task, kind, body, messages=body.messages)
+        return await _respond(
+            request, runtime, task, kind, body, record=record, messages=body.messages
+        )
     text = body.text() or ""
     if kind == "chat":
-        return await _respond(
-            request, runtime, task, kind, body, messages=[ChatMessage(role="user", content=text)]
-        )
-    return await _respond(request, runtime, task, kind, body, prompt=text)
+        messages = [ChatMessage(role="user", content=text)]
+        return await _respond(request, runtime, task, kind, body, record=record, messages=messages)
+    return await _respond(request, runtime, task, kind, body, record=record, prompt=text)
 
 
 @get("/models")
@@ -227,7 +243,8 @@ async def health(runtime: Runtime) -> dict[str, Any]:
     return {"status": "ok", "state": runtime.state, "models_loaded": loaded}
 
 
-def _request_error(_: Request[Any, Any, Any], exc: RequestError) -> Response[Any]:
+def _request_error(request: Request[Any, Any, Any], exc: RequestError) -> Response[Any]:
+    record_failure(request, exc)
     return Response(exc.to_body(), status_code=exc.status_code, headers=exc.headers)
 
 
@@ -246,8 +263,9 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     return Response(body, status_code=status, headers=exc.headers)
 
 
-def _internal_error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unhandled error", exc_info=exc)
+    record_failure(request, exc)
     body = {
         "error": {
             "message": f"internal error: {type(exc).__name__}; see the server log",
@@ -279,7 +297,10 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         explain_get,
         explain_post,
         system_info,
+        prometheus_metrics,
+        last_stats,
     ]
+    metrics = Metrics(runtime)
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -297,16 +318,22 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
     async def provide_reloader() -> Reloader:
         return reloader
 
+    async def provide_metrics() -> Metrics:
+        return metrics
+
     from litestar.di import Provide
 
     return Litestar(
         route_handlers=[
             Router("/api/v1", route_handlers=handlers),
             Router("/v1", route_handlers=handlers),
+            prometheus_metrics,  # also at the top level, where scrapers look by default
         ],
         dependencies={
             "runtime": Provide(provide_runtime, use_cache=True),
             "reloader": Provide(provide_reloader, use_cache=True),
+            "metrics": Provide(provide_metrics, use_cache=True),
+            "record": Provide(provide_record),
         },
         exception_handlers={
             RequestError: _request_error,

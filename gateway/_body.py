@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from litestar import Request
 from pydantic import BaseModel, ValidationError
 
+from gateway._metrics_api import name_task
 from router import BadRequestError
 
 __all__ = ["parse_body"]
@@ -26,6 +27,7 @@ async def parse_body(request: Request[Any, Any, Any], schema: type[Body]) -> Bod
         ) from None
     if not isinstance(data, dict):
         raise BadRequestError("the request body must be a JSON object")
+    name_task(request, data.get("model"))  # a generation's metrics count a 400 against its task
     try:
         return schema.model_validate(data)
     except ValidationError as exc:

@@ -45,7 +45,7 @@ _WORD_BOUNDARY = re.compile(r"(?<!^)(?=[A-Z])")
 def loaded_engines(runtime: Runtime) -> list[tuple[EngineInfo, int]]:
     """Each loaded engine with its queue depth: the one place that knows how the runtime holds
     its engines."""
-    return [(info, runtime.engines[key].pending()) for key, info in runtime.infos.items()]
+    return [(entry.info, entry.engine.pending()) for entry in runtime.pool.loaded()]
 
 
 def outcome_of(error: BaseException, *, after_first_token: bool = False) -> str:

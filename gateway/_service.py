@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engines import Delta, Engine, EngineInfo, GenerationJob, Message, StageStats
+from gateway._metrics import RequestRecord
 from gateway._runtime import Runtime
 from gateway._schemas import ChatMessage, SamplingFields
 from gateway._timeouts import Deadline, first_delta, next_delta
@@ -64,6 +65,8 @@ class Generation:
     deadline: Deadline | None = None
     # The prompt's size as the engine itself reported it (a remote upstream's usage).
     reported_prompt_tokens: int | None = None
+    # Follows the request for the metrics: first token, each delta, how it ended.
+    record: RequestRecord = field(default_factory=RequestRecord)
 
     @property
     def approximate(self) -> bool:
@@ -120,12 +123,18 @@ class Generation:
             if delta.finish_reason is not None:
                 self.final_stats = delta.stats or self.final_stats
                 self.reported_prompt_tokens = delta.prompt_tokens
+            self.record.delta(delta)
             yield delta
             if delta.finish_reason is not None:
                 return
-            delta = await next_delta(self.rest, self.deadline)
+            try:
+                delta = await next_delta(self.rest, self.deadline)
+            except Exception as exc:
+                self.record.fail(exc)
+                raise
 
     async def aclose(self) -> None:
+        self.record.close()
         await self.rest.aclose()  # type: ignore[attr-defined]
 
 
@@ -161,6 +170,7 @@ async def start_generation(
     request_id: str,
     messages: list[ChatMessage] | None = None,
     prompt: str | None = None,
+    record: RequestRecord | None = None,
 ) -> Generation:
     routes = runtime.routes  # this request's table, to its end, whatever a reload does
     route = find_route(name, kind, routes.config)
@@ -168,7 +178,8 @@ async def start_generation(
     deadline = Deadline.start(name, route.timeouts)
     counted = await runtime.count_prompt(routes, route.model, kind, chat)
     plan = runtime.plan(routes, name, route, prompt_tokens=counted)
-    return await _Walk(runtime, routes, plan, kind, chat, body, request_id, deadline).run()
+    record = record or RequestRecord()
+    return await _Walk(runtime, routes, plan, kind, chat, body, request_id, deadline, record).run()
 
 
 def build_prompt(
@@ -201,6 +212,7 @@ class _Walk:
     body: SamplingFields
     request_id: str
     deadline: Deadline
+    record: RequestRecord
     fallbacks: list[str] = field(default_factory=list)
     loading: bool = False
 
@@ -208,12 +220,14 @@ class _Walk:
         attempts = self.plan.attempts
         for index, attempt in enumerate(attempts):
             self.fallbacks += attempt.skipped
+            self.record.attempt(attempt.model, attempt.device)
             try:
                 gen = await self._try(attempt)
             except RequestError as error:
                 self._give_up_or_log(attempt, error, last=index + 1 == len(attempts))
                 continue
-            gen.fallbacks = self.fallbacks
+            gen.fallbacks, gen.record = self.fallbacks, self.record
+            self.record.first_token(gen)
             return gen
         raise AssertionError("a plan always has at least one attempt")
 
@@ -236,6 +250,7 @@ class _Walk:
             kind,
         )
         self.fallbacks.append(line)
+        self.record.fell_back(kind or "error")
 
     async def _try(self, attempt: Attempt) -> Generation:
         self.deadline.check()

@@ -1,0 +1,48 @@
+"""GET /metrics (Prometheus text) and GET /v1/stats (the last request, Lemonade's fields), and
+the per-request record that the generation endpoints and the error handlers share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get
+
+from gateway._metrics import CONTENT_TYPE, Metrics, RequestRecord
+
+__all__ = ["last_stats", "name_task", "prometheus_metrics", "provide_record", "record_failure"]
+
+# Where a generation request keeps its record: the error handlers find it there.
+_RECORD = "zest_record"
+
+
+@get("/metrics", media_type=CONTENT_TYPE)
+async def prometheus_metrics(metrics: Metrics) -> Response[bytes]:
+    return Response(metrics.scrape(), media_type=CONTENT_TYPE)
+
+
+@get("/stats")
+async def last_stats(metrics: Metrics) -> dict[str, Any]:
+    """The last finished request: TTFT, decode rate, tokens (all null before the first)."""
+    return metrics.stats()
+
+
+async def provide_record(request: Request[Any, Any, Any], metrics: Metrics) -> RequestRecord:
+    """A generation request's record, started as the request arrives (a dependency)."""
+    record = metrics.begin(request.path_params.get("task"))
+    request.state[_RECORD] = record
+    return record
+
+
+def name_task(request: Request[Any, Any, Any], name: object) -> None:
+    """Label the request's record with the task its body names (kept even if the body is
+    invalid, so that a 400 counts against its task)."""
+    record = request.state.get(_RECORD)
+    if isinstance(record, RequestRecord) and isinstance(name, str):
+        record.name_task(name)
+
+
+def record_failure(request: Request[Any, Any, Any], error: BaseException) -> None:
+    """An error answered instead of a generation: it ends the request's record."""
+    record = request.state.get(_RECORD)
+    if isinstance(record, RequestRecord):
+        record.fail(error)
