@@ -1,0 +1,325 @@
+"""The metrics a request leaves behind, read back through prometheus_client's own parser.
+
+As in test_sse, a scripted delta source stands in for the engine (the real one is exercised by
+tests/e2e/test_metrics.py); what is checked here is what the gateway records and exposes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from engines import Delta, EngineInfo, Inventory, StageStats
+from gateway._metrics import Metrics, RequestRecord, outcome_of
+from gateway._responses import collect_body, sse_events
+from gateway._runtime import Runtime
+from gateway._service import Generation
+from policies import Budget, Trimmed
+from router import (
+    Attempt,
+    BadRequestError,
+    ContextLengthExceededError,
+    Device,
+    DeviceUnavailableError,
+    EngineError,
+    GatewayTimeoutError,
+    Placement,
+    Plan,
+    RequestError,
+    RouteConfig,
+    load_routes,
+)
+
+ROUTES = Path(__file__).resolve().parents[3] / "routes.yaml"
+CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
+NPU = Device("npu", frozenset({"llamacpp"}), "emulated (ZEST_EMULATE_DEVICES)", emulated=True)
+HYBRID_STATS = StageStats(
+    "npu(emulated)", "gpu(emulated)", 120.0, handoff_ms=8.0, handoff_bytes=1000, decode_ms=300.0
+)
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def samples(metrics: Metrics) -> Samples:
+    """Every sample of a scrape, keyed by (name, labels)."""
+    text = metrics.scrape().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(scraped: Samples, name: str, **labels: str) -> float:
+    return scraped.get((name, frozenset(labels.items())), 0.0)
+
+
+async def tokens(*deltas: Delta) -> AsyncIterator[Delta]:
+    for delta in deltas:
+        await asyncio.sleep(0.002)
+        yield delta
+
+
+async def failing_after_one() -> AsyncIterator[Delta]:
+    yield Delta(" world")
+    raise EngineError("generation failed: decode returned -1")
+
+
+def generation(
+    rest: AsyncIterator[Delta], *, first: Delta | None = None, trimmed: Trimmed | None = None
+) -> Generation:
+    route = RouteConfig(kind="chat", model="m")
+    placement = Placement(CPU, CPU)
+    return Generation(
+        plan=Plan("chat", route, (Attempt("m", placement, "test"),)),
+        attempt=Attempt("m", placement, "test"),
+        info=EngineInfo("llamacpp", "m", "cpu", "llama.cpp", 128, "m.gguf"),
+        budget=Budget(3, 8),
+        first=first or Delta("Hello", cached_tokens=1),
+        rest=rest,
+        trimmed=trimmed,
+    )
+
+
+def started(metrics: Metrics, gen: Generation, task: str = "chat") -> RequestRecord:
+    """A record that reached its first token, as _Walk leaves it."""
+    record = metrics.begin(task)
+    record.attempt("m", "cpu")
+    gen.record = record
+    record.first_token(gen)
+    return record
+
+
+def finished_body(gen: Generation) -> dict[str, Any]:
+    async def run() -> dict[str, Any]:
+        try:
+            return await collect_body(gen, "chat", "chat")
+        finally:
+            await gen.aclose()
+
+    return asyncio.run(run())
+
+
+def stream(gen: Generation) -> list[bytes]:
+    async def run() -> list[bytes]:
+        return [event async for event in sse_events(gen, "chat", "chat", False)]
+
+    return asyncio.run(run())
+
+
+def test_a_finished_request_moves_every_request_counter() -> None:
+    metrics = Metrics()
+    rest = tokens(Delta(" wor"), Delta("ld"), Delta("", "stop", 3, stats=HYBRID_STATS))
+    gen = generation(rest)
+    started(metrics, gen)
+    body = finished_body(gen)
+    assert body["usage"]["completion_tokens"] == 3
+    served = {"task": "chat", "model": "m", "device": "cpu"}
+    scraped = samples(metrics)
+    assert value(scraped, "zest_requests_total", **served, outcome="ok") == 1
+    assert value(scraped, "zest_time_to_first_token_seconds_count", **served) == 1
+    assert value(scraped, "zest_inter_token_latency_seconds_count", **served) == 2
+    assert value(scraped, "zest_prompt_tokens_total", **served) == 3
+    assert value(scraped, "zest_cached_prompt_tokens_total", **served) == 1
+    assert value(scraped, "zest_completion_tokens_total", **served) == 3
+    stage = "zest_pipeline_stage_seconds_count"
+    assert value(scraped, stage, stage="prefill", device="npu(emulated)") == 1
+    assert value(scraped, stage, stage="handoff", device="npu(emulated)->gpu(emulated)") == 1
+    assert value(scraped, stage, stage="decode", device="gpu(emulated)") == 1
+    assert value(
+        scraped, "zest_pipeline_stage_seconds_sum", stage="decode", device="gpu(emulated)"
+    ) == (pytest.approx(0.3))
+
+
+def test_the_last_finished_request_is_in_stats_with_lemonades_fields() -> None:
+    metrics = Metrics()
+    assert metrics.stats() == dict.fromkeys(
+        [
+            "time_to_first_token",
+            "tokens_per_second",
+            "input_tokens",
+            "output_tokens",
+            "decode_token_times",
+            "prompt_tokens",
+            "task",
+            "model",
+            "device",
+        ]
+    )
+    gen = generation(tokens(Delta(" a"), Delta(" b", "length", 3, stats=HYBRID_STATS)))
+    started(metrics, gen)
+    finished_body(gen)
+    stats = metrics.stats()
+    assert stats["time_to_first_token"] >= 0
+    assert stats["tokens_per_second"] > 0  # no decode figure from the engine: the deltas' pace
+    assert (stats["input_tokens"], stats["prompt_tokens"], stats["output_tokens"]) == (2, 3, 3)
+    assert len(stats["decode_token_times"]) == 2
+    assert all(t > 0 for t in stats["decode_token_times"])
+    assert (stats["task"], stats["model"], stats["device"]) == ("chat", "m", "cpu")
+
+
+def test_the_decode_rate_is_the_engines_when_it_reports_one() -> None:
+    metrics = Metrics()
+    stats = StageStats("cpu", "cpu", 10.0, decode_ms=500.0, decode_tokens=4)
+    gen = generation(tokens(Delta(" a"), Delta(" b", "stop", 5, stats=stats)))
+    started(metrics, gen)
+    finished_body(gen)
+    assert metrics.stats()["tokens_per_second"] == 8.0
+
+
+def test_a_failure_before_the_first_token_counts_with_its_code_and_attempt() -> None:
+    metrics = Metrics()
+    record = metrics.begin("chat")
+    record.attempt("m", "npu(emulated)")
+    record.fell_back("device error")
+    record.fail(DeviceUnavailableError("npu is not available", removed=()))
+    record.fail(BadRequestError("ignored: a record ends once"))
+    scraped = samples(metrics)
+    assert (
+        value(
+            scraped,
+            "zest_requests_total",
+            task="chat",
+            model="m",
+            device="npu(emulated)",
+            outcome="device_unavailable",
+        )
+        == 1
+    )
+    assert value(scraped, "zest_fallbacks_total", task="chat", reason="device_error") == 1
+    assert not any(name.startswith("zest_time_to_first_token") for name, _ in scraped)
+    assert metrics.stats()["output_tokens"] is None
+
+
+def test_a_request_that_falls_back_then_succeeds_counts_the_fallback_and_the_trim() -> None:
+    metrics = Metrics()
+    trimmed = Trimmed(strategy="turns", tokens_before=50, trimmed_tokens=30, messages_dropped=2)
+    gen = generation(tokens(Delta("", "stop", 1)), trimmed=trimmed)
+    record = metrics.begin("chat")
+    record.fell_back("load error")
+    gen.record = record
+    record.first_token(gen)
+    finished_body(gen)
+    scraped = samples(metrics)
+    assert value(scraped, "zest_fallbacks_total", task="chat", reason="load_error") == 1
+    assert value(scraped, "zest_trimmed_tokens_total", task="chat", strategy="turns") == 30
+    assert (
+        value(scraped, "zest_requests_total", task="chat", model="m", device="cpu", outcome="ok")
+        == 1
+    )
+
+
+def test_a_stream_that_fails_after_it_began_is_a_stream_error() -> None:
+    metrics = Metrics()
+    gen = generation(failing_after_one())
+    started(metrics, gen)
+    events = stream(gen)
+    assert b'"type": "engine_error"' in events[-1]
+    scraped = samples(metrics)
+    served = {"task": "chat", "model": "m", "device": "cpu"}
+    assert value(scraped, "zest_requests_total", **served, outcome="stream_error") == 1
+    assert value(scraped, "zest_time_to_first_token_seconds_count", **served) == 1
+    assert value(scraped, "zest_inter_token_latency_seconds_count", **served) == 1
+    assert value(scraped, "zest_completion_tokens_total", **served) == 0
+
+
+def test_a_stream_closed_before_its_end_is_a_client_disconnect() -> None:
+    metrics = Metrics()
+    gen = generation(tokens(Delta(" a"), Delta(" b"), Delta("", "stop", 3)))
+    started(metrics, gen)
+
+    async def read_two_then_leave() -> None:
+        events = sse_events(gen, "chat", "chat", False)
+        await anext(events)
+        await anext(events)
+        await events.aclose()  # type: ignore[attr-defined]
+
+    asyncio.run(read_two_then_leave())
+    scraped = samples(metrics)
+    assert (
+        value(
+            scraped,
+            "zest_requests_total",
+            task="chat",
+            model="m",
+            device="cpu",
+            outcome="client_disconnected",
+        )
+        == 1
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "after_first_token", "outcome"),
+    [
+        (BadRequestError("x"), False, "bad_request"),
+        (ContextLengthExceededError("x"), False, "context_length_exceeded"),
+        (GatewayTimeoutError("x", code="total_timeout"), True, "total_timeout"),
+        (EngineError("x"), False, "engine_error"),
+        (EngineError("x"), True, "stream_error"),
+        (asyncio.CancelledError(), True, "client_disconnected"),
+        (RuntimeError("x"), False, "internal_error"),
+        (RuntimeError("x"), True, "stream_error"),
+    ],
+)
+def test_outcomes_are_error_codes_or_classes(
+    error: BaseException, after_first_token: bool, outcome: str
+) -> None:
+    assert outcome_of(error, after_first_token=after_first_token) == outcome
+
+
+def test_a_class_without_a_code_is_named_after_it() -> None:
+    class ClientDisconnectedError(RequestError):
+        pass
+
+    assert outcome_of(ClientDisconnectedError("gone")) == "client_disconnected"
+
+
+def runtime(devices: dict[str, Device]) -> Runtime:
+    return Runtime(load_routes(ROUTES), Inventory(devices, ()))
+
+
+def test_task_labels_are_bounded_to_the_routes() -> None:
+    metrics = Metrics(runtime({"cpu": CPU}))
+    assert metrics.task_label("chat") == "chat"
+    assert metrics.task_label("anything a client sends") == "unknown"
+
+
+def test_devices_and_loaded_models_are_read_at_scrape_time() -> None:
+    metrics = Metrics(runtime({"cpu": CPU, "npu": NPU}))
+    scraped = samples(metrics)
+    assert value(scraped, "zest_loaded_models") == 0
+    assert (
+        value(
+            scraped,
+            "zest_device_info",
+            device="cpu",
+            kind="cpu",
+            emulated="false",
+            detected_by="/proc/cpuinfo",
+        )
+        == 1
+    )
+    assert (
+        value(
+            scraped,
+            "zest_device_info",
+            device="npu(emulated)",
+            kind="npu",
+            emulated="true",
+            detected_by="emulated (ZEST_EMULATE_DEVICES)",
+        )
+        == 1
+    )
+
+
+def test_two_apps_in_one_process_keep_their_own_counts() -> None:
+    first, second = Metrics(), Metrics()
+    first.begin("chat").fail(BadRequestError("x"))
+    labels = {"task": "chat", "model": "none", "device": "none", "outcome": "bad_request"}
+    assert value(samples(first), "zest_requests_total", **labels) == 1
+    assert value(samples(second), "zest_requests_total", **labels) == 0
