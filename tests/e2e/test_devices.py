@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import REPO, Server, start_server, stop_server
+from tests.e2e.prometheus import scrape, total
 
 ROUTES = REPO / "examples" / "routes" / "devices.yaml"
 LONG_TEXT = " ".join(
@@ -167,3 +168,25 @@ def test_explain_shows_the_plan_without_running_it(emulated: Server, bare: Serve
     ).json()
     assert counted["prompt_tokens"] > 256
     assert counted["attempts"][0]["device"] == "npu(emulated)->gpu(emulated)"
+
+
+def test_metrics_label_emulated_devices_and_time_the_hybrid_stages(emulated: Server) -> None:
+    before = scrape(f"{emulated.base_url}/metrics")
+    reply = post(
+        emulated, "/tasks/summarization", {"input": LONG_TEXT, "max_tokens": 4, "temperature": 0}
+    )
+    assert reply.status_code == 200, reply.text
+    after = scrape(f"{emulated.base_url}/metrics")
+    for name in ("npu", "gpu"):
+        assert total(after, "zest_device_info", device=f"{name}(emulated)", emulated="true") == 1
+    assert total(after, "zest_device_info", device="cpu", kind="cpu", emulated="false") == 1
+
+    def moved(name: str, **labels: str) -> float:
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    split = "npu(emulated)->gpu(emulated)"
+    assert moved("zest_requests_total", task="summarization", device=split, outcome="ok") == 1
+    stage = "zest_pipeline_stage_seconds_count"
+    assert moved(stage, stage="prefill", device="npu(emulated)") == 1
+    assert moved(stage, stage="handoff", device=split) == 1
+    assert moved(stage, stage="decode", device="gpu(emulated)") == 1
