@@ -249,6 +249,7 @@ def _request_error(request: Request[Any, Any, Any], exc: RequestError) -> Respon
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    record_failure(request, exc)
     status = exc.status_code
     message = exc.detail or "error"
     if status == 404:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from litestar.exceptions import HTTPException
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -50,10 +51,13 @@ def loaded_engines(runtime: Runtime) -> list[tuple[EngineInfo, int]]:
 
 def outcome_of(error: BaseException, *, after_first_token: bool = False) -> str:
     """A request's outcome label for the error that ended it: its code (device_unavailable,
-    total_timeout…), else its class (bad_request, client_disconnected…); a foreign exception
-    is an internal_error before the first token and a stream_error after it."""
+    total_timeout…), else its class (bad_request, client_disconnected…), or http_STATUS for
+    Litestar's own (a body over the size limit: http_413); a foreign exception is an
+    internal_error before the first token and a stream_error after it."""
     if isinstance(error, asyncio.CancelledError):
         return "client_disconnected"
+    if isinstance(error, HTTPException):
+        return f"http_{error.status_code}"
     if isinstance(error, RequestError):
         if error.code:
             return error.code

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from litestar.exceptions import HTTPException
 from prometheus_client.parser import text_string_to_metric_families
 
 from engines import Delta, EngineInfo, Inventory, StageStats
@@ -263,6 +264,7 @@ def test_a_stream_closed_before_its_end_is_a_client_disconnect() -> None:
         (EngineError("x"), True, "stream_error"),
         (asyncio.CancelledError(), True, "client_disconnected"),
         (RuntimeError("x"), False, "internal_error"),
+        (HTTPException(status_code=413), False, "http_413"),
         (RuntimeError("x"), True, "stream_error"),
     ],
 )
