@@ -80,7 +80,10 @@ def test_no_key_is_a_401_in_openai_shape(secured: Server) -> None:
     }
 
 
-@pytest.mark.parametrize("path", ["/v1/models", "/api/v1/models", "/v1/system-info"])
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/models", "/api/v1/models", "/v1/system-info", "/metrics", "/api/v1/metrics", "/v1/stats"],
+)
 def test_every_api_route_needs_a_key(secured: Server, path: str) -> None:
     assert httpx.get(f"{secured.base_url}{path}", timeout=10).status_code == 401
 
