@@ -123,9 +123,9 @@ def _table(rows: list[ModelRow], *, with_loaded: bool) -> str:
         if with_loaded:
             cells.append(", ".join(row.loaded_on or []) or "-")
         lines.append(cells)
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=False)).rstrip()
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in lines
     )
 
