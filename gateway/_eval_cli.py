@@ -90,14 +90,18 @@ def _unusable_gateway(client: httpx.Client, url: str, cases: list[Case], origin:
             f"zest eval: the gateway at {url} refused the request ({response.status_code}): "
             "pass its API key with --api-key or ZEST_API_KEY"
         )
+    not_zest = (
+        f"zest eval: {url}/v1/models answered {response.status_code}: is --url a zest gateway?"
+    )
     if response.status_code != 200:
-        return (
-            f"zest eval: {url}/v1/models answered {response.status_code}: is --url a zest gateway?"
-        )
-    kinds = {
-        model["id"]: (model.get("zest") or {}).get("kind")
-        for model in response.json().get("data", [])
-    }
+        return not_zest
+    try:
+        kinds = {
+            model["id"]: (model.get("zest") or {}).get("kind")
+            for model in response.json().get("data", [])
+        }
+    except (ValueError, LookupError, TypeError, AttributeError):
+        return not_zest
     return "\n".join(gateway_problems(cases, kinds, origin)) or None
 
 
@@ -107,12 +111,18 @@ def _run_case(client: httpx.Client, case: Case) -> CaseResult:
     try:
         response = client.post(path, json=body)
     except httpx.TransportError as exc:
-        return CaseResult(case, time.monotonic() - started, None, [f"request failed: {exc!r}"])
+        return CaseResult(
+            case, time.monotonic() - started, None, [f"request failed: {type(exc).__name__}: {exc}"]
+        )
     latency = time.monotonic() - started
     route = response.headers.get("x-zest-route")
     if response.status_code != 200:
         return CaseResult(case, latency, None, [_http_failure(response)], route)
-    answer = answer_text(response.json())
+    try:
+        answer = answer_text(response.json())
+    except (ValueError, LookupError, TypeError, AttributeError):
+        failure = f"the answer is not a completion: {response.text[:200]!r}"
+        return CaseResult(case, latency, None, [failure], route)
     return CaseResult(case, latency, answer, case.checks(answer), route)
 
 
