@@ -12,7 +12,7 @@ from pathlib import Path
 
 from router import ServiceUnavailableError
 
-__all__ = ["ModelFileMissingError", "resolve_source", "zest_cache_dir"]
+__all__ = ["ModelFileMissingError", "hf_hub_cache_dir", "resolve_source", "zest_cache_dir"]
 
 
 class ModelFileMissingError(ServiceUnavailableError):
@@ -62,15 +62,19 @@ def _from_package(source: str) -> Path:
 
 def _from_hf_cache(source: str) -> Path:
     org, repo, file = source.removeprefix("hf:").split("/", 2)
-    hub = Path(os.environ.get("HF_HUB_CACHE") or _hf_home() / "hub")
-    snapshots = hub / f"models--{org}--{repo}" / "snapshots"
+    snapshots = hf_hub_cache_dir() / f"models--{org}--{repo}" / "snapshots"
     candidates = sorted(snapshots.glob(f"*/{file}"), key=lambda p: p.stat().st_mtime)
     if candidates:
         return candidates[-1]
     raise ModelFileMissingError(
         f"model {source}: not found in the Hugging Face cache ({snapshots}): download it with "
-        f"`huggingface-cli download {org}/{repo} {file}` or point source at a local file"
+        f"`zest models pull {source}` or point source at a local file"
     )
+
+
+def hf_hub_cache_dir() -> Path:
+    """$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub (where hf: sources live)."""
+    return Path(os.environ.get("HF_HUB_CACHE") or _hf_home() / "hub").expanduser()
 
 
 def zest_cache_dir() -> Path:
@@ -87,7 +91,8 @@ def _from_zest_cache(source: str) -> Path:
     raise ModelFileMissingError(
         f"model {source}: not in zest's cache ({path}): `make onnx-model` "
         "(python -m engines.convert) puts the bundled SmolLM2 ONNX model there; "
-        "copy other models there or point source at their folder"
+        f"`zest models pull FILE_OR_URL --name {path.name}` puts others there, "
+        "or point source at their folder"
     )
 
 

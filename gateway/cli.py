@@ -1,4 +1,4 @@
-"""The `zest` command line: serve and check."""
+"""The `zest` command line: serve, check, explain, models, eval and bench."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from gateway._eval_cli import add_eval_command
+from gateway._models_cli import add_models_command
 from gateway._settings import Settings
 from router import ConfigError, LoadedRoutes, ModelConfig, RemoteModel, ZestError, load_routes
 
@@ -64,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--routes", type=Path, help="routes file (default: routes.yaml)")
     explain.add_argument("--json", action="store_true", help="print the plan as JSON")
     explain.set_defaults(func=_explain)
+    add_models_command(commands)
+    add_eval_command(commands)
 
     bench = commands.add_parser("bench", help="benchmark zest against llama_cpp.server")
     bench.add_argument("--model", type=Path, help="GGUF file (default: the bundled SmolLM2)")

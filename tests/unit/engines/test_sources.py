@@ -35,6 +35,7 @@ def test_a_missing_cache_entry_says_how_to_make_it(
     assert str(info.value) == (
         f"model cache:m: not in zest's cache ({tmp_path}/models/m): `make onnx-model` "
         "(python -m engines.convert) puts the bundled SmolLM2 ONNX model there; "
-        "copy other models there or point source at their folder"
+        "`zest models pull FILE_OR_URL --name m` puts others there, "
+        "or point source at their folder"
     )
     assert info.value.code == "model_not_available"

@@ -1,0 +1,154 @@
+"""`zest models list` and `zest models pull`: what the routes file needs, and getting it here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from engines._sources import ModelFileMissingError, resolve_source
+from gateway._progress import human_size
+from gateway._pull import disk_size, pull
+from router import LoadedRoutes, ModelConfig, RemoteModel, ZestError, load_routes
+
+__all__ = ["ModelRow", "add_models_command", "model_rows"]
+
+
+@dataclass
+class ModelRow:
+    """One model of the routes file, as `zest models list` shows it."""
+
+    id: str
+    engine: str
+    source: str
+    state: str  # present | missing | remote
+    path: str | None = None
+    size_bytes: int | None = None
+    routes: list[str] = field(default_factory=list)
+    problem: str | None = None  # why it is missing, and how to get it
+    loaded_on: list[str] | None = None  # devices a running gateway has it loaded on (--url)
+
+
+def add_models_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    models = commands.add_parser("models", help="list the routes file's models, or pull one")
+    actions = models.add_subparsers(required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", help="each model: file present?, size, routes using it")
+    listing.add_argument(
+        "--routes", type=Path, help="routes file (default: $ZEST_ROUTES or routes.yaml)"
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument("--url", help="also ask this running gateway what it has loaded")
+    listing.add_argument("--api-key", help="the gateway's API key (default: $ZEST_API_KEY)")
+    listing.set_defaults(func=_list)
+
+    fetch = actions.add_parser(
+        "pull",
+        help="download hf:ORG/REPO/FILE, or copy a file, folder or URL into zest's cache",
+    )
+    fetch.add_argument("what", metavar="SOURCE", help="hf:ORG/REPO/FILE, a path, or a URL")
+    fetch.add_argument("--name", help="cache:NAME to copy a file or URL to (default: its name)")
+    fetch.add_argument("--revision", default="main", help="hf: branch, tag or commit")
+    fetch.add_argument("--force", action="store_true", help="replace a copy already there")
+    fetch.set_defaults(func=_pull)
+
+
+def _pull(args: argparse.Namespace) -> int:
+    pulled = pull(args.what, name=args.name, revision=args.revision, force=args.force)
+    if not pulled.copied:
+        print(f"already there: {pulled.path} (--force replaces it)")
+    print(f"{pulled.path} ({human_size(pulled.size)})")
+    print(f"use it in routes.yaml as:  source: {pulled.source}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    routes = load_routes(args.routes or os.environ.get("ZEST_ROUTES") or "routes.yaml")
+    rows = model_rows(routes)
+    if args.url:
+        _add_loaded(rows, args.url, args.api_key or os.environ.get("ZEST_API_KEY"))
+    if args.json:
+        print(
+            json.dumps({"routes": str(routes.path), "models": [asdict(r) for r in rows]}, indent=2)
+        )
+    else:
+        print(_table(rows, with_loaded=bool(args.url)))
+        for row in rows:
+            if row.problem:
+                print(f"\n{row.id}: {row.problem}")
+    return 0
+
+
+def model_rows(routes: LoadedRoutes) -> list[ModelRow]:
+    """Every model of the routes file with its file's state on this machine."""
+    config = routes.config
+    rows = []
+    for model_id, model in config.models.items():
+        row = _row(model_id, model, routes.base_dir)
+        for task, route in config.routes.items():
+            if route.model == model_id:
+                row.routes.append(task)
+            if any(entry.model == model_id for entry in route.fallback):
+                row.routes.append(f"{task} (fallback)")
+        rows.append(row)
+    return rows
+
+
+def _row(model_id: str, model: ModelConfig, base_dir: Path) -> ModelRow:
+    if isinstance(model, RemoteModel):
+        return ModelRow(model_id, model.engine, f"{model.base_url} ({model.model})", "remote")
+    row = ModelRow(model_id, model.engine, model.source, "missing")
+    try:
+        path = resolve_source(model.source, base_dir)
+    except ModelFileMissingError as exc:
+        row.problem = str(exc)
+        return row
+    # An onnx-genai source may name the folder's genai_config.json: the model is the folder.
+    on_disk = path.parent if path.name == "genai_config.json" else path
+    row.state, row.path, row.size_bytes = "present", str(path), disk_size(on_disk)
+    return row
+
+
+def _table(rows: list[ModelRow], *, with_loaded: bool) -> str:
+    header = ["MODEL", "ENGINE", "FILE", "SIZE", "ROUTES", "SOURCE"]
+    lines = [header + (["LOADED"] if with_loaded else [])]
+    for row in rows:
+        size = human_size(row.size_bytes) if row.size_bytes is not None else "-"
+        cells = [row.id, row.engine, row.state, size, ", ".join(row.routes) or "-", row.source]
+        if with_loaded:
+            cells.append(", ".join(row.loaded_on or []) or "-")
+        lines.append(cells)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def _add_loaded(rows: list[ModelRow], url: str, api_key: str | None) -> None:
+    loaded = _system_info(url, api_key).get("loaded", [])
+    for row in rows:
+        row.loaded_on = [entry["device"] for entry in loaded if entry.get("model") == row.id]
+
+
+def _system_info(url: str, api_key: str | None) -> dict[str, Any]:
+    base = url.rstrip("/").removesuffix("/v1").removesuffix("/api")
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(f"{base}/api/v1/system-info", headers=headers, timeout=10)
+    except httpx.TransportError as exc:
+        raise ZestError(
+            f"cannot reach the gateway at {base} ({exc}): is `zest serve` running?"
+        ) from exc
+    if response.status_code != 200:
+        raise ZestError(
+            f"{base}/api/v1/system-info answered {response.status_code}: "
+            "check --url (and --api-key if the gateway requires one)"
+        )
+    info: dict[str, Any] = response.json()
+    return info

@@ -1,0 +1,89 @@
+"""`zest eval` against the real server: the shipped smoke set passes, a failing case exits 1 and
+says which check failed, a bad file or an unreachable gateway exits 2 before any request."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.e2e.conftest import REPO, ZEST, Server, free_port
+
+SMOKE = REPO / "examples" / "evals" / "smoke.jsonl"
+
+
+def zest_eval(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ZEST), "eval", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        check=False,
+    )
+
+
+def test_the_smoke_set_passes_on_the_bundled_model(server: Server, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    result = zest_eval(str(SMOKE), "--url", server.base_url, "--json", str(report))
+    assert result.returncode == 0, result.stdout + result.stderr
+    names = [json.loads(line)["name"] for line in SMOKE.read_text().splitlines() if line.strip()]
+    lines = result.stdout.splitlines()
+    assert [line.split()[:2] for line in lines[: len(names)]] == [["PASS", n] for n in names]
+    assert lines[-1].startswith(f"{len(names)} passed, 0 failed ({len(names)} cases in ")
+    written = json.loads(report.read_text())
+    assert [case["passed"] for case in written["cases"]] == [True] * len(names)
+    assert written["cases"][0]["route"].startswith("task=chat; model=smollm2; device=cpu")
+
+
+def test_a_failing_case_exits_1_and_names_the_check(server: Server, tmp_path: Path) -> None:
+    cases = tmp_path / "set.jsonl"
+    question = [{"role": "user", "content": "What is the capital of Japan?"}]
+    lines = [
+        {"name": "no-xyzzy", "task": "chat", "messages": question, "must_not_include": ["xyzzy"]},
+        {"name": "kyoto", "task": "chat", "messages": question, "must_include": ["Kyoto"]},
+    ]
+    cases.write_text("\n".join(json.dumps({**line, "max_tokens": 24}) for line in lines) + "\n")
+    # The v1 root, as ZEST_URL holds it for the examples, is accepted too.
+    result = zest_eval(str(cases), "--url", server.v1, "--concurrency", "2")
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = result.stdout.splitlines()
+    assert out[0].startswith("PASS  no-xyzzy  (")
+    assert out[1].startswith("FAIL  kyoto  (")
+    assert out[2] == "      must_include 'Kyoto': not found"
+    assert out[3].startswith('      answer: "')
+    assert out[-1].startswith("1 passed, 1 failed (2 cases in ")
+
+
+def test_a_bad_file_exits_2_naming_the_line(server: Server, tmp_path: Path) -> None:
+    cases = tmp_path / "set.jsonl"
+    good = {"task": "chat", "messages": [{"role": "user", "content": "hi"}], "must_include": ["x"]}
+    cases.write_text(json.dumps(good) + "\n" + json.dumps({**good, "must_includes": []}) + "\n")
+    result = zest_eval(str(cases), "--url", server.base_url)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"{cases}:2: unknown field 'must_includes': did you mean")
+
+
+def test_a_task_the_gateway_lacks_exits_2_before_any_request(
+    server: Server, tmp_path: Path
+) -> None:
+    cases = tmp_path / "set.jsonl"
+    line = {"task": "translate", "input": "hola", "must_include": ["hello"]}
+    cases.write_text(json.dumps(line) + "\n")
+    result = zest_eval(str(cases), "--url", server.base_url)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"{cases}:1: task 'translate' is not served by the gateway "
+        "(tasks: autocomplete, chat, summarization)"
+    )
+
+
+def test_an_unreachable_gateway_exits_2_with_what_to_do() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    result = zest_eval(str(SMOKE), "--url", url)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"zest eval: cannot reach the gateway at {url} (")
+    assert result.stderr.strip().endswith(
+        "start it with `zest serve`, or pass --url (or set ZEST_URL)"
+    )

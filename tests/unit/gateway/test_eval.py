@@ -1,0 +1,179 @@
+"""zest eval's pure parts: reading a JSONL quality set, checking answers, shaping requests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway._eval import (
+    Case,
+    CaseResult,
+    EvalFileError,
+    answer_text,
+    format_result,
+    gateway_problems,
+    parse_cases,
+    request_for,
+)
+
+CHAT = {"task": "chat", "messages": [{"role": "user", "content": "hi"}], "must_include": ["x"]}
+
+
+def jsonl(*lines: dict[str, Any] | str) -> str:
+    return "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
+
+
+def problems_of(text: str) -> list[str]:
+    with pytest.raises(EvalFileError) as info:
+        parse_cases(text, "set.jsonl")
+    return info.value.problems
+
+
+def one_case(**fields: Any) -> Case:
+    return parse_cases(jsonl({**CHAT, **fields}), "set.jsonl")[0]
+
+
+def test_cases_keep_their_line_and_default_to_a_greedy_request() -> None:
+    cases = parse_cases(jsonl({**CHAT, "name": "a"}, "", {**CHAT, "name": "b"}), "set.jsonl")
+    assert [(case.name, case.line, case.temperature) for case in cases] == [
+        ("a", 1, 0.0),
+        ("b", 3, 0.0),
+    ]
+
+
+def test_a_case_without_a_name_is_named_after_its_line() -> None:
+    assert one_case().name == "line 1"
+
+
+def test_model_is_accepted_for_task() -> None:
+    line = {"model": "autocomplete", "prompt": "def f(", "must_include": ["x"]}
+    assert parse_cases(jsonl(line), "set.jsonl")[0].task == "autocomplete"
+
+
+def test_every_bad_line_is_reported_with_its_number() -> None:
+    text = jsonl(
+        CHAT,
+        "not json",
+        "[1, 2]",
+        {**CHAT, "must_includes": ["x"]},
+        {**CHAT, "messages": [{"role": "robot", "content": "hi"}]},
+        {**CHAT, "max_tokens": 0},
+    )
+    assert problems_of(text) == [
+        "set.jsonl:2: not valid JSON: Expecting value (column 1)",
+        "set.jsonl:3: write one JSON object per line, got list",
+        "set.jsonl:4: unknown field 'must_includes': did you mean 'must_include'? (allowed: "
+        "input, max_tokens, messages, model, must_include, must_not_include, name, prompt, "
+        "task, temperature)",
+        "set.jsonl:5: messages.0.role: Input should be 'system', 'developer', 'user' or "
+        "'assistant'",
+        "set.jsonl:6: max_tokens: Input should be greater than or equal to 1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        (
+            {"prompt": "p"},
+            "give exactly one of messages, prompt or input (got messages and prompt)",
+        ),
+        (
+            {"messages": None},
+            "give exactly one of messages, prompt or input (got none)",
+        ),
+        (
+            {"must_include": []},
+            "give must_include or must_not_include: a case without checks",
+        ),
+        (
+            {"must_include": "Paris"},
+            'must_include: write a list of strings or {"regex": "..."} objects',
+        ),
+        (
+            {"must_include": [""]},
+            'must_include: item 0: write a non-empty string or {"regex": "..."}, got \'\'',
+        ),
+        (
+            {"must_not_include": [{"regex": "("}]},
+            "must_not_include: item 0: bad regex '(': missing ), unterminated subpattern at "
+            "position 0",
+        ),
+    ],
+)
+def test_a_bad_case_says_what_to_fix(fields: dict[str, Any], problem: str) -> None:
+    line = {key: value for key, value in {**CHAT, **fields}.items() if value is not None}
+    assert problems_of(jsonl(line)) == [f"set.jsonl:1: {problem}"]
+
+
+def test_names_must_be_unique() -> None:
+    text = jsonl({**CHAT, "name": "a"}, {**CHAT, "name": "a"})
+    assert problems_of(text) == [
+        "set.jsonl:2: name 'a' is already used on line 1: give each case its own name"
+    ]
+
+
+def test_an_empty_file_is_an_error() -> None:
+    assert problems_of("\n\n") == ["set.jsonl: no cases: write one JSON object per line"]
+
+
+def test_substrings_ignore_case_and_regexes_are_as_written() -> None:
+    case = one_case(must_include=["paris", {"regex": r"\bParis\b"}], must_not_include=["London"])
+    assert case.checks("It is PARIS, Paris.") == []
+    assert case.checks("It is PARIS.") == ["must_include regex '\\\\bParis\\\\b': not found"]
+    assert case.checks("Paris, not london") == ["must_not_include 'London': found"]
+
+
+def test_requests_follow_the_input_kind() -> None:
+    assert request_for(one_case(max_tokens=8)) == (
+        "/v1/chat/completions",
+        {
+            "model": "chat",
+            "messages": [{"role": "user", "content": "hi"}],
+            "temperature": 0.0,
+            "max_tokens": 8,
+        },
+    )
+    prompt = {"task": "autocomplete", "prompt": "def f(", "must_include": ["x"]}
+    assert request_for(parse_cases(jsonl(prompt), "s")[0]) == (
+        "/v1/completions",
+        {"model": "autocomplete", "prompt": "def f(", "temperature": 0.0},
+    )
+    task = {"task": "summarization", "input": "text", "must_include": ["x"], "temperature": 0.5}
+    assert request_for(parse_cases(jsonl(task), "s")[0]) == (
+        "/v1/tasks/summarization",
+        {"input": "text", "temperature": 0.5},
+    )
+
+
+def test_answers_of_either_shape_are_read() -> None:
+    assert answer_text({"choices": [{"message": {"content": "hello"}}]}) == "hello"
+    assert answer_text({"choices": [{"text": " world"}]}) == " world"
+
+
+def test_the_gateway_must_serve_each_task_with_the_right_kind() -> None:
+    prompt = {"task": "chat", "prompt": "p", "must_include": ["x"]}
+    elsewhere = {**CHAT, "task": "autocomplete"}
+    unknown = {**CHAT, "task": "nope"}
+    cases = parse_cases(jsonl(CHAT, prompt, elsewhere, unknown), "set.jsonl")
+    kinds: dict[str, str | None] = {"chat": "chat", "autocomplete": "completion"}
+    assert gateway_problems(cases, kinds, "set.jsonl") == [
+        "set.jsonl:2: task 'chat' is a chat route: give messages or input, not prompt",
+        "set.jsonl:3: task 'autocomplete' is a completion route: give prompt or input, "
+        "not messages",
+        "set.jsonl:4: task 'nope' is not served by the gateway (tasks: autocomplete, chat)",
+    ]
+
+
+def test_a_failure_shows_the_failed_checks_and_the_answer() -> None:
+    case = one_case(name="capital", must_include=["Paris"])
+    route = "task=chat; model=smollm2; device=cpu; engine=llamacpp"
+    failed = CaseResult(case, 0.5, "It is Lyon.\nSurely.", case.checks("It is Lyon."), route)
+    assert format_result(failed).splitlines() == [
+        "FAIL  capital  (0.50s, smollm2 on cpu)",
+        "      must_include 'Paris': not found",
+        '      answer: "It is Lyon.\\nSurely."',
+    ]
+    assert format_result(CaseResult(case, 0.25, "Paris", [], None)) == "PASS  capital  (0.25s)"
