@@ -30,7 +30,7 @@ def client(onnx_server: Server) -> openai.OpenAI:
 
 
 def test_the_startup_log_names_engine_and_backend(onnx_server: Server) -> None:
-    line = onnx_server.wait_for_log("model smollm2-onnx:")
+    line = onnx_server.wait_for_log("model smollm2-onnx loaded:")
     assert "engine=onnx-genai device=cpu" in line
     assert "backend=onnxruntime-genai 0.18.0 (CPUExecutionProvider, 2 threads)" in line
     assert "context=4096" in line
