@@ -15,29 +15,26 @@ import pytest
 from litestar.exceptions import HTTPException
 from prometheus_client.parser import text_string_to_metric_families
 
-from engines import Delta, EngineInfo, Inventory, StageStats
+from engines import Delta, Inventory, StageStats
 from gateway._metrics import Metrics, RequestRecord, outcome_of
 from gateway._responses import collect_body, sse_events
 from gateway._runtime import Runtime
 from gateway._service import Generation
-from policies import Budget, Trimmed
+from policies import Trimmed
 from router import (
-    Attempt,
     BadRequestError,
     ContextLengthExceededError,
     Device,
     DeviceUnavailableError,
     EngineError,
     GatewayTimeoutError,
-    Placement,
-    Plan,
     RequestError,
-    RouteConfig,
     load_routes,
 )
+from tests.unit.gateway.generations import CPU, failing_after_one
+from tests.unit.gateway.generations import generation as scripted
 
 ROUTES = Path(__file__).resolve().parents[3] / "routes.yaml"
-CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
 NPU = Device("npu", frozenset({"llamacpp"}), "emulated (ZEST_EMULATE_DEVICES)", emulated=True)
 HYBRID_STATS = StageStats(
     "npu(emulated)", "gpu(emulated)", 120.0, handoff_ms=8.0, handoff_bytes=1000, decode_ms=300.0
@@ -65,25 +62,10 @@ async def tokens(*deltas: Delta) -> AsyncIterator[Delta]:
         yield delta
 
 
-async def failing_after_one() -> AsyncIterator[Delta]:
-    yield Delta(" world")
-    raise EngineError("generation failed: decode returned -1")
-
-
 def generation(
     rest: AsyncIterator[Delta], *, first: Delta | None = None, trimmed: Trimmed | None = None
 ) -> Generation:
-    route = RouteConfig(kind="chat", model="m")
-    placement = Placement(CPU, CPU)
-    return Generation(
-        plan=Plan("chat", route, (Attempt("m", placement, "test"),)),
-        attempt=Attempt("m", placement, "test"),
-        info=EngineInfo("llamacpp", "m", "cpu", "llama.cpp", 128, "m.gguf"),
-        budget=Budget(3, 8),
-        first=first or Delta("Hello", cached_tokens=1),
-        rest=rest,
-        trimmed=trimmed,
-    )
+    return scripted(rest, first=first or Delta("Hello", cached_tokens=1), trimmed=trimmed)
 
 
 def started(metrics: Metrics, gen: Generation, task: str = "chat") -> RequestRecord:

@@ -11,31 +11,10 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from engines import Delta, EngineInfo
+from engines import Delta
 from gateway._responses import sse_events
 from gateway._service import Generation
-from policies import Budget
-from router import Attempt, Device, EngineError, Placement, Plan, RouteConfig
-
-CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
-
-
-async def failing_after_one() -> AsyncIterator[Delta]:
-    yield Delta(" world")
-    raise EngineError("generation failed: decode returned -1")
-
-
-def generation(rest: AsyncIterator[Delta]) -> Generation:
-    route = RouteConfig(kind="chat", model="m")
-    placement = Placement(CPU, CPU)
-    return Generation(
-        plan=Plan("chat", route, (Attempt("m", placement, "test"),)),
-        attempt=Attempt("m", placement, "test"),
-        info=EngineInfo("llamacpp", "m", "cpu", "llama.cpp", 128, "m.gguf"),
-        budget=Budget(3, 8),
-        first=Delta("Hello"),
-        rest=rest,
-    )
+from tests.unit.gateway.generations import failing_after_one, generation
 
 
 def events(gen: Generation, include_usage: bool = False) -> list[Any]:
