@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -69,20 +70,28 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> 
     return Sample((times[0] - start) * 1000, len(times), (len(times) - 1) / span if span else 0.0)
 
 
+def _question() -> str:
+    """The workload's prompt, new at its first token each time: no server can answer it from
+    the KV of an earlier request (llama_cpp.server reuses its last prompt's prefix)."""
+    return f"[{secrets.token_hex(4)}] {QUESTION}"
+
+
 async def _level(
     base: str, model: str, concurrency: int, max_tokens: int
 ) -> tuple[list[Sample], float]:
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": QUESTION}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": True,
-    }
+    def body() -> dict[str, Any]:
+        return {
+            "model": model,
+            "messages": [{"role": "user", "content": _question()}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+        }
+
     async with httpx.AsyncClient(timeout=600) as client:
         start = time.perf_counter()
         samples = await asyncio.gather(
-            *(_stream(client, f"{base}/chat/completions", body) for _ in range(concurrency))
+            *(_stream(client, f"{base}/chat/completions", body()) for _ in range(concurrency))
         )
         return list(samples), time.perf_counter() - start
 
@@ -95,7 +104,7 @@ def _summary(server: str, concurrency: int, samples: list[Sample], wall: float) 
         _pct(ttfts, 0.5),
         _pct(ttfts, 0.95),
         statistics.median(s.decode_tps for s in samples),
-        sum(s.tokens for s in samples) / wall,
+        sum(s.tokens for s in samples) / wall,  # every round's tokens over every round's time
     )
 
 
@@ -129,12 +138,17 @@ def _serve(command: list[str], port: int, log: Path, health: str) -> Iterator[st
 
 
 def _routes_file(model: Path, threads: int, folder: Path) -> Path:
+    """Two entries on the same file: the concurrency levels run without the prefix cache (its
+    kept cells would sit in every decode step's attention), the prefix measure with it."""
     path = folder / "bench-routes.yaml"
+    entry = f"engine: llamacpp, source: {model}, context_length: 4096"
     path.write_text(
-        "version: 1\nmodels:\n  bench:\n    engine: llamacpp\n"
-        f"    source: {model}\n    context_length: 4096\n"
-        f"    options: {{n_threads: {threads}, parallel: 8, prefix_cache_tokens: 4096}}\n"
+        "version: 1\nmodels:\n"
+        f"  bench: {{{entry}, options: {{n_threads: {threads}, parallel: 8}}}}\n"
+        f"  cached: {{{entry}, options: {{n_threads: {threads}, parallel: 8, "
+        "prefix_cache_tokens: 4096}}\n"
         "routes:\n  chat: {kind: chat, model: bench, device: cpu, max_tokens: 512}\n"
+        "  cached: {kind: chat, model: cached, device: cpu, max_tokens: 512}\n"
     )
     return path
 
@@ -150,7 +164,7 @@ def _raw_llama(model: Path, threads: int, max_tokens: int, rounds: int) -> list[
     for _ in range(rounds):
         start, times = time.perf_counter(), []
         for chunk in llm.create_chat_completion(
-            [{"role": "user", "content": QUESTION}],
+            [{"role": "user", "content": _question()}],
             max_tokens=max_tokens,
             temperature=0,
             stream=True,
@@ -169,7 +183,7 @@ async def _prefix(base: str, rounds: int) -> tuple[float, float]:
 
     async def ttft(system: str, question: str) -> float:
         body = {
-            "model": "chat",
+            "model": "cached",
             "max_tokens": 4,
             "temperature": 0,
             "stream": True,
@@ -225,7 +239,7 @@ def run_bench(
             str(peer_port),
         ]
         with (
-            _serve(zest_cmd, zest_port, out / "zest.log", "/api/v1/health") as zest,
+            _serve(zest_cmd, zest_port, out / "zest.log", "/api/v1/ready") as zest,
             _serve(peer_cmd, peer_port, out / "llama_cpp_server.log", "/v1/models") as peer,
         ):
             for level in levels:  # interleaved, level by level
@@ -238,7 +252,7 @@ def run_bench(
                         got, wall = asyncio.run(_level(base, model_name, level, max_tokens))
                         samples += got
                         walls += wall
-                    results.append(_summary(name, level, samples, walls / rounds * 1.0))
+                    results.append(_summary(name, level, samples, walls))
                     print(_row(results[-1]), file=sys.stderr, flush=True)
             cold, warm = asyncio.run(_prefix(zest, rounds))
     raw = _raw_llama(model, threads, max_tokens, rounds)
