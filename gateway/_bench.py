@@ -161,7 +161,7 @@ def _raw_llama(model: Path, threads: int, max_tokens: int, rounds: int) -> list[
         str(model), n_ctx=4096, n_threads=threads, flash_attn=True, verbose=False
     )
     samples = []
-    for _ in range(rounds):
+    for round_number in range(rounds + 1):  # round 0 is untimed: first-call costs
         start, times = time.perf_counter(), []
         for chunk in llm.create_chat_completion(
             [{"role": "user", "content": _question()}],
@@ -172,7 +172,8 @@ def _raw_llama(model: Path, threads: int, max_tokens: int, rounds: int) -> list[
             if chunk["choices"][0]["delta"].get("content"):
                 times.append(time.perf_counter())
         span = times[-1] - times[0]
-        samples.append(Sample((times[0] - start) * 1000, len(times), (len(times) - 1) / span))
+        if round_number:
+            samples.append(Sample((times[0] - start) * 1000, len(times), (len(times) - 1) / span))
         llm.reset()  # no prefix reuse between rounds: each measures a full prefill
     llm.close()
     return samples
@@ -242,6 +243,8 @@ def run_bench(
             _serve(zest_cmd, zest_port, out / "zest.log", "/api/v1/ready") as zest,
             _serve(peer_cmd, peer_port, out / "llama_cpp_server.log", "/v1/models") as peer,
         ):
+            for base, model_name in ((zest, "chat"), (peer, "bench")):
+                asyncio.run(_level(base, model_name, 1, 8))  # untimed: first-request costs
             for level in levels:  # interleaved, level by level
                 for name, base, model_name in (
                     ("zest", zest, "chat"),

@@ -1,0 +1,34 @@
+"""zest bench's pure parts: the summary's arithmetic and the routes file it serves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gateway._bench import Sample, _question, _routes_file, _summary
+from router import LlamaCppModel, load_routes
+
+
+def test_aggregate_is_every_rounds_tokens_over_every_rounds_time() -> None:
+    # Two rounds of two streams, 64 tokens each, each round 2 s: 256 tokens in 4 s.
+    samples = [Sample(100.0, 64, 40.0) for _ in range(4)]
+    level = _summary("zest", 2, samples, 4.0)
+    assert level.aggregate_tps == 64.0
+    assert level.decode_tps_p50 == 40.0
+
+
+def test_every_request_gets_a_prompt_no_cache_has_seen() -> None:
+    first, second = _question(), _question()
+    assert first != second
+    assert first[:10] != second[:10]  # they differ from the first token on
+
+
+def test_the_levels_run_without_the_prefix_cache_and_the_prefix_measure_with_it(
+    tmp_path: Path,
+) -> None:
+    routes = load_routes(_routes_file(Path("/models/m.gguf"), 2, tmp_path)).config
+    plain, cached = routes.models["bench"], routes.models["cached"]
+    assert isinstance(plain, LlamaCppModel)
+    assert isinstance(cached, LlamaCppModel)
+    assert plain.options.prefix_cache_tokens == 0
+    assert cached.options.prefix_cache_tokens == 4096
+    assert (routes.routes["chat"].model, routes.routes["cached"].model) == ("bench", "cached")
