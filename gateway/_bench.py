@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import secrets
 import statistics
 import subprocess
@@ -37,6 +38,9 @@ class Sample:
     ttft_ms: float
     tokens: int
     decode_tps: float
+    # zest's own prefill time for this request (x-zest-pipeline): TTFT minus it is the time the
+    # gateway added, measured on the same request, so machine drift cancels out.
+    engine_prefill_ms: float | None = None
 
 
 @dataclass
@@ -47,6 +51,10 @@ class Level:
     ttft_p95_ms: float
     decode_tps_p50: float
     aggregate_tps: float
+    overhead_p50_ms: float | None = None
+
+
+_PREFILL = re.compile(r"prefill=\S+ ([0-9.]+)ms")
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -58,6 +66,7 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> 
     start, times = time.perf_counter(), []
     async with client.stream("POST", url, json=body) as reply:
         reply.raise_for_status()
+        prefill = _PREFILL.search(reply.headers.get("x-zest-pipeline", ""))
         async for line in reply.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -67,7 +76,12 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> 
     if not times:
         raise RuntimeError(f"{url}: the stream carried no tokens")
     span = times[-1] - times[0]
-    return Sample((times[0] - start) * 1000, len(times), (len(times) - 1) / span if span else 0.0)
+    return Sample(
+        (times[0] - start) * 1000,
+        len(times),
+        (len(times) - 1) / span if span else 0.0,
+        float(prefill.group(1)) if prefill else None,
+    )
 
 
 def _question() -> str:
@@ -98,6 +112,7 @@ async def _level(
 
 def _summary(server: str, concurrency: int, samples: list[Sample], wall: float) -> Level:
     ttfts = [s.ttft_ms for s in samples]
+    overheads = [s.ttft_ms - s.engine_prefill_ms for s in samples if s.engine_prefill_ms]
     return Level(
         server,
         concurrency,
@@ -105,6 +120,7 @@ def _summary(server: str, concurrency: int, samples: list[Sample], wall: float) 
         _pct(ttfts, 0.95),
         statistics.median(s.decode_tps for s in samples),
         sum(s.tokens for s in samples) / wall,  # every round's tokens over every round's time
+        statistics.median(overheads) if overheads else None,
     )
 
 
@@ -245,6 +261,8 @@ def run_bench(
         ):
             for base, model_name in ((zest, "chat"), (peer, "bench")):
                 asyncio.run(_level(base, model_name, 1, 8))  # untimed: first-request costs
+            # In process, next to the servers' runs (both idle now): the floor for overhead.
+            raw = _raw_llama(model, threads, max_tokens, rounds)
             for level in levels:  # interleaved, level by level
                 for name, base, model_name in (
                     ("zest", zest, "chat"),
@@ -258,7 +276,6 @@ def run_bench(
                     results.append(_summary(name, level, samples, walls))
                     print(_row(results[-1]), file=sys.stderr, flush=True)
             cold, warm = asyncio.run(_prefix(zest, rounds))
-    raw = _raw_llama(model, threads, max_tokens, rounds)
     report = {
         "levels": [asdict(level) for level in results],
         "raw_llama_cpp": {
@@ -296,6 +313,11 @@ def format_report(report: dict[str, Any]) -> str:
             f"{raw['decode_tps_p50']:.1f} tok/s -> zest TTFT overhead "
             f"{one.ttft_p50_ms - raw['ttft_p50_ms']:+.1f} ms, single-stream decode "
             f"ratio {one.decode_tps_p50 / raw['decode_tps_p50']:.2f}"
+        )
+    if one and one.overhead_p50_ms is not None:
+        lines.append(
+            f"zest gateway overhead at 1 stream (TTFT minus the engine's own prefill, same "
+            f"requests): p50 {one.overhead_p50_ms:.1f} ms"
         )
     four = by.get(("zest", 4)), by.get(("llama_cpp.server", 4))
     if four[0] and four[1]:

@@ -115,7 +115,9 @@ class Reloader:
         """Watch the folder, not the file: editors save by writing a new file and renaming it."""
         path = self.path
         try:
-            async for changes in watchfiles.awatch(path.parent, debounce=200, step=50):
+            async for changes in watchfiles.awatch(
+                path.parent, debounce=200, step=50, recursive=False
+            ):
                 if any(Path(changed).resolve() == path for _, changed in changes):
                     await self.reload("file")
         except Exception:  # watching is a convenience: SIGHUP and the admin route still work

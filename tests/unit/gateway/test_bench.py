@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway._bench import Sample, _question, _routes_file, _summary
+from gateway._bench import _PREFILL, Sample, _question, _routes_file, _summary
 from router import LlamaCppModel, load_routes
 
 
@@ -32,3 +32,13 @@ def test_the_levels_run_without_the_prefix_cache_and_the_prefix_measure_with_it(
     assert plain.options.prefix_cache_tokens == 0
     assert cached.options.prefix_cache_tokens == 4096
     assert (routes.routes["chat"].model, routes.routes["cached"].model) == ("bench", "cached")
+
+
+def test_the_gateway_overhead_is_ttft_minus_the_engines_own_prefill() -> None:
+    header = "prefill=cpu 212.5ms; decode=cpu"
+    match = _PREFILL.search(header)
+    assert match is not None
+    assert float(match.group(1)) == 212.5
+    samples = [Sample(220.0, 64, 80.0, 212.5), Sample(230.0, 64, 80.0, 221.0)]
+    assert _summary("zest", 1, samples, 2.0).overhead_p50_ms == 8.25
+    assert _summary("llama_cpp.server", 1, [Sample(220.0, 64, 80.0)], 1.0).overhead_p50_ms is None
