@@ -8,6 +8,7 @@ state over between them.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import random
@@ -128,13 +129,19 @@ class LlamaCppEngine(Engine):
         return self._runner.pending.value if self._runner else 0
 
     async def close(self) -> None:
-        if self._runner is not None:
-            self._runner.close()
-        for ctx in self._contexts:
-            ctx.close()
-        if self._model is not None:
-            self._model.close()
+        # Off the event loop: joining the scheduler thread and freeing the KV cache and the
+        # weights takes a while, and an unload may happen while other models serve.
+        await asyncio.to_thread(self._close_now)
+
+    def _close_now(self) -> None:
+        runner, contexts, model = self._runner, self._contexts, self._model
         self._runner, self._model, self._contexts = None, None, []
+        if runner is not None:
+            runner.close()
+        for ctx in contexts:
+            ctx.close()
+        if model is not None:
+            model.close()
 
     # --- set-up ------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ names, because there the prefill/decode split belongs to the model.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -120,7 +121,7 @@ class OnnxGenaiEngine(Engine):
 
     async def close(self) -> None:
         if self._worker is not None:
-            self._worker.close()
+            await asyncio.to_thread(self._worker.close)  # joins its thread: off the event loop
         # Dropping the last references frees the ONNX Runtime sessions and their memory.
         self._worker = self._model = self._tokenizer = self._plain_tokenizer = None
 

@@ -138,6 +138,8 @@ class EnginePool:
     factory: EngineFactory
     # The current routes file's settings for a model (swapped on reload).
     policy: Callable[[str], ModelPolicy | None] = lambda _: ModelPolicy()
+    # The model's definition in the routes file in force (None: gone); None: never retire.
+    current: Callable[[str], EngineSpec | None] | None = None
     max_loaded: int | None = None
     clock: Callable[[], float] = time.monotonic
     _entries: OrderedDict[EngineKey, LoadedEngine] = field(default_factory=OrderedDict)
@@ -173,16 +175,18 @@ class EnginePool:
         log.info("model %s on %s unloaded: %s", entry.info.model, entry.info.device, reason)
         await entry.engine.close()
 
-    def retire_changed(self, current: Callable[[str], EngineSpec | None]) -> list[LoadedEngine]:
-        """After a reload: retire engines whose model is gone or defined anew (`current` gives
-        the model's spec in the new file), and bring back those defined as before again."""
-        retired = []
+    def retire_changed(self) -> list[LoadedEngine]:
+        """After a reload: retire engines whose model is gone or defined anew, and bring back
+        those defined as before again."""
         for entry in self._entries.values():
-            now = current(entry.spec.model_id)
-            entry.retired = now is None or now.fingerprint != entry.spec.fingerprint
-            if entry.retired:
-                retired.append(entry)
-        return retired
+            entry.retired = self._stale(entry.spec)
+        return [entry for entry in self._entries.values() if entry.retired]
+
+    def _stale(self, spec: EngineSpec) -> bool:
+        if self.current is None:
+            return False
+        now = self.current(spec.model_id)
+        return now is None or now.fingerprint != spec.fingerprint
 
     async def sweep(self) -> None:
         """Unload what should go now: retired and keep-alive-expired idle engines, then idle
@@ -234,6 +238,9 @@ class EnginePool:
         engine = self.factory(spec)
         info = await asyncio.to_thread(engine.load)
         entry = LoadedEngine(spec, engine, info, loaded_at=time.time(), last_used=self.clock())
+        # Loaded for a request of an older table (or while a reload came in): it serves that
+        # request and goes when idle, like the engines the reload retired.
+        entry.retired = self._stale(spec)
         self._entries[spec.key] = entry
         log.info(
             "model %s loaded: engine=%s device=%s backend=%s context=%d memory=%s source=%s",

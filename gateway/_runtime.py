@@ -63,6 +63,7 @@ class Runtime:
         self.pool = EnginePool(
             self._create_engine,
             policy=self.model_policy,
+            current=self._current_spec,
             max_loaded=self.routes.config.lifecycle.max_loaded_models,
         )
 
@@ -86,7 +87,7 @@ class Runtime:
         retire the engines whose model it changed, and warm the new table's models."""
         self.routes = routes
         self.pool.max_loaded = routes.config.lifecycle.max_loaded_models
-        for entry in self.pool.retire_changed(self._current_spec):
+        for entry in self.pool.retire_changed():
             log.info(
                 "model %s on %s: changed or removed by the reload; unloaded once its requests end",
                 entry.info.model,

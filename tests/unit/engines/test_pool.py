@@ -72,12 +72,16 @@ def pool(
     max_loaded: int | None = None,
     policies: dict[str, ModelPolicy] | None = None,
     load_delay: float = 0.0,
+    current: dict[str, EngineSpec] | None = None,
 ) -> tuple[EnginePool, list[float]]:
+    """A pool over counting engines; `current` stands for the routes file in force (a test
+    edits it as a reload would)."""
     now = [0.0]
     table = policies or {}
     made = EnginePool(
         lambda s: CountingEngine(s.model_id, load_delay),
         policy=lambda model: table.get(model, ModelPolicy()),
+        current=None if current is None else current.get,
         max_loaded=max_loaded,
         clock=lambda: now[0],
     )
@@ -197,15 +201,16 @@ async def test_a_pinned_model_ignores_keep_alive() -> None:
 
 @sync
 async def test_a_reload_retires_changed_models_once_their_requests_end() -> None:
-    engines, _ = pool()
+    table = {"a": spec("a"), "b": spec("b")}
+    engines, _ = pool(current=table)
     held = await engines.acquire(spec("a"))
     await use(engines, "b")
-    new = {"a": spec("a", source="other.gguf"), "b": spec("b")}
-    retired = engines.retire_changed(new.get)
+    table["a"] = spec("a", source="other.gguf")  # the reload
+    retired = engines.retire_changed()
     assert [entry.spec.model_id for entry in retired] == ["a"]
     await engines.sweep()
     assert CountingEngine.closes == []  # the old a still serves its request
-    lease = await engines.acquire(new["a"])  # a new request gets the new definition
+    lease = await engines.acquire(table["a"])  # a new request gets the new definition
     assert lease.engine is not held.engine
     assert CountingEngine.loads == ["a", "b", "a"]
     held.release()
@@ -216,13 +221,27 @@ async def test_a_reload_retires_changed_models_once_their_requests_end() -> None
 
 @sync
 async def test_a_model_removed_by_a_reload_and_put_back_is_kept() -> None:
-    engines, _ = pool()
+    table = {"a": spec("a")}
+    engines, _ = pool(current=table)
     await use(engines, "a")
-    engines.retire_changed(lambda _: None)
-    engines.retire_changed({"a": spec("a")}.get)
+    del table["a"]
+    engines.retire_changed()
+    table["a"] = spec("a")
+    engines.retire_changed()
     await engines.sweep()
     assert loaded(engines) == ["a"]
     assert CountingEngine.closes == []
+
+
+@sync
+async def test_an_engine_loaded_for_an_older_table_goes_once_idle() -> None:
+    table = {"a": spec("a", source="new.gguf")}  # the reload came before the old request loaded
+    engines, _ = pool(current=table)
+    lease = await engines.acquire(spec("a"))  # a request still on the old table
+    assert engines.loaded()[0].retired
+    lease.release()
+    await engines.sweep()
+    assert loaded(engines) == []
 
 
 @sync
