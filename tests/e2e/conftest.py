@@ -47,40 +47,50 @@ class Server:
         raise AssertionError(f"{needle!r} never appeared in the server log:\n{self.log()}")
 
 
-def start_server(routes: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> Server:
-    port = free_port()
+def spawn_until_answering(
+    command: list[str], log_path: Path, probe_url: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `command` with its output in `log_path`; return once `probe_url` answers 200.
+    A process that exits, or never answers within two minutes, fails with its log."""
     with log_path.open("wb") as log:  # the child keeps its own descriptor
-        process = subprocess.Popen(
-            [str(ZEST), "serve", "--routes", str(routes), "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(extra_env or {})},
-            cwd=REPO,
-        )
-    server = Server(f"http://127.0.0.1:{port}", log_path, process)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"zest serve exited with {process.returncode}:\n{server.log()}")
+            raise AssertionError(
+                f"{command[0]} exited with {process.returncode}:\n{log_path.read_text()}"
+            )
         try:
-            # Ready, not just live: the warm start has loaded the models (or failed, and the
-            # process exits: the next poll reports it).
-            if httpx.get(f"{server.base_url}/api/v1/ready", timeout=1).status_code == 200:
-                return server
-            time.sleep(0.1)
+            if httpx.get(probe_url, timeout=1).status_code == 200:
+                return process
         except httpx.TransportError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     process.kill()
-    raise AssertionError(f"zest serve did not become ready:\n{server.log()}")
+    raise AssertionError(f"{command[0]} never answered {probe_url}:\n{log_path.read_text()}")
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def start_server(routes: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> Server:
+    """`zest serve` on a free port, returned once ready (not just live): the warm start has
+    loaded its models (or failed, and the process exits with the reason in its log)."""
+    base_url = f"http://127.0.0.1:{free_port()}"
+    command = [str(ZEST), "serve", "--routes", str(routes), "--port", base_url.rsplit(":", 1)[1]]
+    env = {**os.environ, **(extra_env or {})}
+    process = spawn_until_answering(command, log_path, f"{base_url}/api/v1/ready", env)
+    return Server(base_url, log_path, process)
 
 
 def stop_server(server: Server) -> None:
-    server.process.terminate()
-    try:
-        server.process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait()
+    stop_process(server.process)
 
 
 @pytest.fixture(scope="session")
