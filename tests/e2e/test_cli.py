@@ -9,9 +9,17 @@ from pathlib import Path
 from tests.e2e.conftest import REPO, ZEST, free_port
 
 
-def zest(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+def zest(
+    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(ZEST), *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False
+        [str(ZEST), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        check=False,
     )
 
 
@@ -105,15 +113,7 @@ def test_serve_reports_a_file_that_is_not_a_model(tmp_path: Path) -> None:
 
 
 def test_a_bad_setting_names_the_variable() -> None:
-    result = subprocess.run(
-        [str(ZEST), "serve"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env={**os.environ, "ZEST_PORT": "abc"},
-        check=False,
-    )
+    result = zest("serve", env={"ZEST_PORT": "abc"})
     assert result.returncode == 1
     assert result.stderr == (
         "ZEST_PORT (or its flag): input should be a valid integer, unable to parse string as an "
@@ -122,23 +122,9 @@ def test_a_bad_setting_names_the_variable() -> None:
 
 
 def test_explain_prints_the_plan_with_emulated_devices() -> None:
-    result = subprocess.run(
-        [
-            str(ZEST),
-            "explain",
-            "chat",
-            "--prompt-tokens",
-            "600",
-            "--routes",
-            str(REPO / "examples" / "routes" / "devices.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        check=False,
-        env={**os.environ, "ZEST_EMULATE_DEVICES": "npu=cpu:1,gpu=cpu:1"},
-    )
+    devices = str(REPO / "examples" / "routes" / "devices.yaml")
+    emulated = {"ZEST_EMULATE_DEVICES": "npu=cpu:1,gpu=cpu:1"}
+    result = zest("explain", "chat", "--prompt-tokens", "600", "--routes", devices, env=emulated)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == (
@@ -154,21 +140,8 @@ def test_explain_prints_the_plan_with_emulated_devices() -> None:
 
 
 def test_explain_exits_1_when_the_route_cannot_run_here() -> None:
-    result = subprocess.run(
-        [
-            str(ZEST),
-            "explain",
-            "autocomplete",
-            "--routes",
-            str(REPO / "examples" / "routes" / "devices.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        check=False,
-        env={**os.environ, "ZEST_EMULATE_DEVICES": ""},
-    )
+    devices = str(REPO / "examples" / "routes" / "devices.yaml")
+    result = zest("explain", "autocomplete", "--routes", devices, env={"ZEST_EMULATE_DEVICES": ""})
     assert result.returncode == 1
     assert result.stdout.splitlines()[-2:] == [
         "removed: npu: npu is not available (found: cpu)",
