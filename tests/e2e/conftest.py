@@ -47,6 +47,21 @@ class Server:
         raise AssertionError(f"{needle!r} never appeared in the server log:\n{self.log()}")
 
 
+def run_zest(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """The `zest` command to its end; `env` is the whole environment (default: this one)."""
+    return subprocess.run(
+        [str(ZEST), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=os.environ if env is None else env,
+        check=False,
+    )
+
+
 def spawn_until_answering(
     command: list[str], log_path: Path, probe_url: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:

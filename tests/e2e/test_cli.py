@@ -6,21 +6,13 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.e2e.conftest import REPO, ZEST, free_port
+from tests.e2e.conftest import REPO, free_port, run_zest
 
 
 def zest(
     *args: str, cwd: Path = REPO, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ZEST), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
+    return run_zest(*args, cwd=cwd, env={**os.environ, **(env or {})})
 
 
 def test_check_prints_the_default_routes() -> None:

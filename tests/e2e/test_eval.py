@@ -7,20 +7,13 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.e2e.conftest import REPO, ZEST, Server, free_port
+from tests.e2e.conftest import REPO, Server, free_port, run_zest
 
 SMOKE = REPO / "examples" / "evals" / "smoke.jsonl"
 
 
 def zest_eval(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ZEST), "eval", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-        check=False,
-    )
+    return run_zest("eval", *args, timeout=600)
 
 
 def test_the_smoke_set_passes_on_the_bundled_model(server: Server, tmp_path: Path) -> None:

