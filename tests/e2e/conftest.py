@@ -10,9 +10,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+import openai
 import pytest
+from openai.types.chat import ChatCompletionChunk
 
 REPO = Path(__file__).resolve().parents[2]
 ZEST = Path(sys.executable).with_name("zest")
@@ -45,6 +48,23 @@ class Server:
                     return line
             time.sleep(0.05)
         raise AssertionError(f"{needle!r} never appeared in the server log:\n{self.log()}")
+
+
+def stream_chat(
+    client: openai.OpenAI, model: str, messages: Any, max_tokens: int, **extra: Any
+) -> tuple[list[ChatCompletionChunk], str]:
+    """A streamed chat with the usage chunk at its end: its chunks and the text they carry."""
+    chunks = list(
+        client.chat.completions.create(
+            model=model,
+            messages=messages,
+            max_tokens=max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            **extra,
+        )
+    )
+    return chunks, "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
 def run_zest(

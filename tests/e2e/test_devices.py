@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import REPO, Server, start_server, stop_server
+from tests.e2e.conftest import REPO, Server, start_server, stop_server, stream_chat
 from tests.e2e.prometheus import scrape, total
 
 ROUTES = REPO / "examples" / "routes" / "devices.yaml"
@@ -92,16 +92,9 @@ def test_a_hybrid_route_runs_the_split_pipeline(emulated: Server) -> None:
 
 def test_hybrid_streams_with_the_openai_client(emulated: Server) -> None:
     client = openai.OpenAI(base_url=emulated.v1, api_key="unused", max_retries=0)
-    stream = client.chat.completions.create(
-        model="summarization",
-        messages=[{"role": "user", "content": LONG_TEXT}],
-        max_tokens=8,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    chunks = list(stream)
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    messages = [{"role": "user", "content": LONG_TEXT}]
+    chunks, text = stream_chat(client, "summarization", messages, 8, temperature=0)
+    assert text
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.model_extra is not None
     assert chunks[-1].usage.model_extra["pipeline"]["decode_device"] == "gpu(emulated)"

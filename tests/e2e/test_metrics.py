@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import Server, stream_chat
 from tests.e2e.prometheus import scrape, total
 
 QUESTION = [{"role": "user", "content": "Name three colours."}]
@@ -35,15 +35,7 @@ def test_metrics_are_served_at_the_top_level_and_under_both_prefixes(server: Ser
 def test_requests_move_the_counters_by_what_they_did(server: Server, client: openai.OpenAI) -> None:
     before = scrape(f"{server.base_url}/metrics")
     reply = client.chat.completions.create(model="chat", messages=QUESTION, max_tokens=8)
-    chunks = list(
-        client.chat.completions.create(
-            model="chat",
-            messages=QUESTION,
-            max_tokens=8,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-    )
+    chunks, _ = stream_chat(client, "chat", QUESTION, 8)
     invalid = httpx.post(f"{server.v1}/chat/completions", json={"model": "chat", "messages": []})
     after = scrape(f"{server.base_url}/metrics")
 

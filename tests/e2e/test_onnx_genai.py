@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.e2e.conftest import REPO, Server, start_server, stop_server
+from tests.e2e.conftest import REPO, Server, start_server, stop_server, stream_chat
 
 ROUTES = REPO / "examples" / "routes" / "onnx-genai.yaml"
 QUESTION = [{"role": "user", "content": "List the planets of the solar system."}]
@@ -53,16 +53,7 @@ def test_a_chat_answer_says_it_came_from_onnx_genai(client: openai.OpenAI) -> No
 
 
 def test_streaming_gives_the_same_greedy_text_and_usage(client: openai.OpenAI) -> None:
-    stream = client.chat.completions.create(
-        model="chat",
-        messages=QUESTION,
-        max_tokens=24,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    chunks = list(stream)
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    chunks, text = stream_chat(client, "chat", QUESTION, 24, temperature=0)
     whole = client.chat.completions.create(
         model="chat", messages=QUESTION, max_tokens=24, temperature=0
     )

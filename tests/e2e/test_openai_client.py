@@ -7,7 +7,7 @@ import asyncio
 import openai
 import pytest
 
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import Server, stream_chat
 
 QUESTION = [{"role": "user", "content": "List the planets of the solar system."}]
 
@@ -37,16 +37,7 @@ def test_chat_answers_with_usage_that_adds_up(client: openai.OpenAI) -> None:
 
 
 def test_chat_streams_chunks_then_usage(client: openai.OpenAI) -> None:
-    stream = client.chat.completions.create(
-        model="chat",
-        messages=QUESTION,
-        max_tokens=24,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    chunks = list(stream)
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    chunks, text = stream_chat(client, "chat", QUESTION, 24, temperature=0)
     finishes = [
         c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
     ]
