@@ -37,7 +37,7 @@ from gateway._schemas import (
 from gateway._security import HttpSecurity, body_too_large_message
 from gateway._service import Generation, build_prompt, start_generation
 from gateway._settings import Settings
-from router import BadRequestError, RequestError, find_route
+from router import REMOTE_DEVICE, REMOTE_ENGINE, BadRequestError, RequestError, find_route
 
 __all__ = ["create_app"]
 
@@ -69,6 +69,9 @@ async def _respond(
         return _stream_response(gen, kind, name, body.include_usage(), headers)
     try:
         payload = await _unless_disconnected(request, collect_body(gen, kind, name))
+    except RequestError as exc:  # after the first token (a total timeout): say what served it
+        exc.headers = {**gen.headers(), **exc.headers, "x-request-id": request_id}
+        raise
     finally:
         await gen.aclose()
     return Response(payload, headers={**gen.headers(), "x-request-id": request_id})
@@ -162,7 +165,10 @@ async def list_models(runtime: Runtime) -> dict[str, Any]:
                 "type": "task",
                 "kind": route.kind,
                 "model": route.model,
-                "device": route.device,
+                # A remote model runs on no local device: say where it goes instead.
+                "device": REMOTE_DEVICE.name
+                if config.models[route.model].engine == REMOTE_ENGINE
+                else route.device,
                 "description": route.description,
             },
         }

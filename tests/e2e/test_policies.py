@@ -317,6 +317,8 @@ def test_the_total_timeout_is_a_504_for_a_plain_request(zest: Server, proxy: Pro
     reply = post(zest, "slow-total", {"messages": HELLO})
     assert reply.status_code == 504
     assert reply.json()["error"]["code"] == "total_timeout"
+    assert reply.headers["x-zest-route"].startswith("task=slow-total; model=upstream")
+    assert reply.headers["x-request-id"].startswith("req_")
 
 
 # --- budgets and trimming ----------------------------------------------------------------------
@@ -501,3 +503,10 @@ def test_zest_explain_prints_the_policies_and_strict_privacy(routes_file: Path) 
         "attempt 1: smollm2 on cpu: fallback 1 (smollm2): device cpu pinned by the fallback entry",
         "removed: remote: ZEST_PRIVACY=strict: no remote engine may be reached",
     ]
+
+
+def test_the_model_list_says_a_remote_route_goes_to_its_upstream(zest: Server) -> None:
+    models = httpx.get(f"{zest.v1}/models", timeout=30).json()["data"]
+    devices = {entry["id"]: entry["zest"]["device"] for entry in models}
+    assert devices["slow-total"] == "remote"
+    assert devices["overflow"] == "cpu"
