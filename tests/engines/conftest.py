@@ -1,11 +1,28 @@
-"""Helpers for the engine tests: jobs as the gateway builds them, and collecting a stream."""
+"""Helpers for the engine tests: the bundled SmolLM2 loaded with test options, jobs as the
+gateway builds them, and collecting or cancelling a stream."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from pathlib import Path
 
-from engines import Delta, Engine, GenerationJob
+from engines import Delta, Engine, GenerationJob, create_engine
+from router import Placement, load_routes
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_smollm2(placement: Placement, **options: object) -> Engine:
+    """The default routes' smollm2 with a 2,048-token context and `options` over its own."""
+    routes = load_routes(REPO / "routes.yaml")
+    base = routes.config.models["smollm2"]
+    config = base.model_copy(
+        update={"context_length": 2048, "options": base.options.model_copy(update=options)}
+    )
+    engine = create_engine("smollm2", config, routes.base_dir, placement)
+    engine.load()
+    return engine
 
 
 def completion_job(engine: Engine, prompt: str, **overrides: object) -> GenerationJob:
@@ -21,12 +38,35 @@ def job_for(engine: Engine, text: str, **overrides: object) -> GenerationJob:
     return completion_job(engine, prompt, **overrides)
 
 
-def collect(engine: Engine, job: GenerationJob) -> list[Delta]:
-    async def run() -> list[Delta]:
-        return [delta async for delta in engine.stream(job)]
+async def stream_all(engine: Engine, job: GenerationJob) -> list[Delta]:
+    return [delta async for delta in engine.stream(job)]
 
-    return asyncio.run(run())
+
+def collect(engine: Engine, job: GenerationJob) -> list[Delta]:
+    return asyncio.run(stream_all(engine, job))
 
 
 def text_of(deltas: list[Delta]) -> str:
     return "".join(d.text for d in deltas)
+
+
+def cancel_after_three(engine: Engine, job: GenerationJob) -> list[Delta]:
+    """Stream `job`, cancelling it once three deltas have arrived; every delta seen."""
+
+    async def run() -> list[Delta]:
+        seen = []
+        async for delta in engine.stream(job):
+            seen.append(delta)
+            if len(seen) == 3:
+                job.cancel()
+        return seen
+
+    return asyncio.run(run())
+
+
+def assert_cancelled_within_one_token(seen: list[Delta], max_tokens: int) -> None:
+    assert seen[-1].finish_reason == "cancelled"
+    # The worker may have run ahead of this consumer before the flag was set, but not further
+    # than one token past what it had already sent.
+    sent = sum(1 for delta in seen if delta.text)
+    assert seen[-1].completion_tokens <= sent + 1 < max_tokens

@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from engines import Delta, Engine, GenerationJob, create_engine
-from router import Device, OverloadedError, Placement, load_routes
-from tests.engines.test_hybrid import PROMPTS, collect, job_for, text_of
+from engines import Delta, Engine, GenerationJob
+from router import Device, OverloadedError, Placement
+from tests.engines.conftest import collect, job_for, load_smollm2, stream_all, text_of
+from tests.engines.test_hybrid import PROMPTS
 
-REPO = Path(__file__).resolve().parents[2]
 CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
 SYSTEM = "You are a terse assistant for a bakery. " + " ".join(
     f"Rule {n}: answer politely about bread number {n}." for n in range(30)
@@ -21,14 +20,7 @@ SYSTEM = "You are a terse assistant for a bakery. " + " ".join(
 
 
 def load(**options: object) -> Engine:
-    routes = load_routes(REPO / "routes.yaml")
-    base = routes.config.models["smollm2"]
-    config = base.model_copy(
-        update={"context_length": 2048, "options": base.options.model_copy(update=options)}
-    )
-    engine = create_engine("smollm2", config, routes.base_dir, Placement(CPU, CPU))
-    engine.load()
-    return engine
+    return load_smollm2(Placement(CPU, CPU), **options)
 
 
 @pytest.fixture(scope="module")
@@ -39,17 +31,17 @@ def engine() -> Iterator[Engine]:
 
 
 def test_streams_started_together_match_their_lone_outputs(engine: Engine) -> None:
-    alone = [text_of(asyncio.run(collect(engine, job_for(engine, p)))) for p in PROMPTS[:2]]
+    alone = [text_of(collect(engine, job_for(engine, p))) for p in PROMPTS[:2]]
 
     async def together() -> list[list[Delta]]:
         jobs = [job_for(engine, p) for p in PROMPTS[:2]]
-        return list(await asyncio.gather(*(collect(engine, j) for j in jobs)))
+        return list(await asyncio.gather(*(stream_all(engine, j) for j in jobs)))
 
     assert [text_of(d) for d in asyncio.run(together())] == alone
 
 
 def test_each_request_keeps_its_own_limits_and_stops(engine: Engine) -> None:
-    reference = text_of(asyncio.run(collect(engine, job_for(engine, PROMPTS[1]))))
+    reference = text_of(collect(engine, job_for(engine, PROMPTS[1])))
     stop = reference.split()[3]
     jobs = [
         job_for(engine, PROMPTS[1], max_tokens=3),
@@ -59,7 +51,7 @@ def test_each_request_keeps_its_own_limits_and_stops(engine: Engine) -> None:
     ]
 
     async def run() -> list[list[Delta]]:
-        return list(await asyncio.gather(*(collect(engine, j) for j in jobs)))
+        return list(await asyncio.gather(*(stream_all(engine, j) for j in jobs)))
 
     limited, stopped, short, counted = asyncio.run(run())
     assert (limited[-1].completion_tokens, limited[-1].finish_reason) == (3, "length")
@@ -81,9 +73,9 @@ def chat_job(engine: Engine, question: str) -> GenerationJob:
 
 def test_a_shared_system_prompt_is_prefilled_once(engine: Engine) -> None:
     cold_job = chat_job(engine, "Do you sell rye?")
-    cold = asyncio.run(collect(engine, cold_job))
+    cold = collect(engine, cold_job)
     warm_job = chat_job(engine, "Do you sell spelt?")
-    warm = asyncio.run(collect(engine, warm_job))
+    warm = collect(engine, warm_job)
     shared = next(
         i
         for i, (a, b) in enumerate(

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from engines import Delta, Engine, create_engine
 from engines.convert import MODEL_NAME
 from router import EngineError, OnnxGenaiModel, load_routes
-from tests.engines.conftest import collect, job_for, text_of
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.engines.conftest import (
+    REPO,
+    assert_cancelled_within_one_token,
+    cancel_after_three,
+    collect,
+    job_for,
+    text_of,
+)
 
 
 def load_llamacpp() -> Engine:
@@ -93,22 +97,8 @@ def test_a_stop_sequence_cuts_the_text_before_it(engine: Engine) -> None:
 
 
 def test_cancel_stops_within_one_token(engine: Engine) -> None:
-    job = job_for(engine, "Tell a long story.", max_tokens=300)
-
-    async def run() -> list[Delta]:
-        seen = []
-        async for delta in engine.stream(job):
-            seen.append(delta)
-            if len(seen) == 3:
-                job.cancel()
-        return seen
-
-    seen = asyncio.run(run())
-    assert seen[-1].finish_reason == "cancelled"
-    # The worker may have run ahead of this consumer before the flag was set, but not further
-    # than one token past what it had already sent.
-    sent = sum(1 for delta in seen if delta.text)
-    assert seen[-1].completion_tokens <= sent + 1 < 300
+    seen = cancel_after_three(engine, job_for(engine, "Tell a long story.", max_tokens=300))
+    assert_cancelled_within_one_token(seen, 300)
 
 
 def test_closing_the_stream_frees_the_model(engine: Engine) -> None:

@@ -8,15 +8,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from engines import Delta, Engine, GenerationJob, create_engine
-from router import Device, Placement, load_routes
-from tests.engines.conftest import job_for
+from engines import Delta, Engine
+from router import Device, Placement
+from tests.engines.conftest import (
+    assert_cancelled_within_one_token,
+    cancel_after_three,
+    collect,
+    job_for,
+    load_smollm2,
+    stream_all,
+    text_of,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
 NPU = Device("npu", frozenset({"llamacpp"}), "emulated", emulated=True, threads=1)
 GPU = Device("gpu", frozenset({"llamacpp"}), "emulated", emulated=True, threads=1)
@@ -29,18 +35,7 @@ PROMPTS = [
 
 
 def load(placement: Placement) -> Engine:
-    routes = load_routes(REPO / "routes.yaml")
-    config = routes.config.models["smollm2"].model_copy(
-        update={
-            "context_length": 2048,
-            "options": routes.config.models["smollm2"].options.model_copy(
-                update={"n_batch": 64, "n_ubatch": 64, "prefix_cache_tokens": 0}
-            ),
-        }
-    )
-    engine = create_engine("smollm2", config, routes.base_dir, placement)
-    engine.load()
-    return engine
+    return load_smollm2(placement, n_batch=64, n_ubatch=64, prefix_cache_tokens=0)
 
 
 @pytest.fixture(scope="module")
@@ -51,18 +46,6 @@ def engines() -> Iterator[tuple[Engine, Engine]]:
     asyncio.run(hybrid.close())
 
 
-async def collect(engine: Engine, job: GenerationJob) -> list[Delta]:
-    return [delta async for delta in engine.stream(job)]
-
-
-def run(engine: Engine, job: GenerationJob) -> list[Delta]:
-    return asyncio.run(collect(engine, job))
-
-
-def text_of(deltas: list[Delta]) -> str:
-    return "".join(d.text for d in deltas)
-
-
 @pytest.mark.parametrize("prompt", PROMPTS, ids=["short", "medium", "longer-than-n_batch"])
 def test_greedy_hybrid_output_equals_one_context(
     engines: tuple[Engine, Engine], prompt: str
@@ -71,7 +54,7 @@ def test_greedy_hybrid_output_equals_one_context(
     job = job_for(single, prompt)
     if prompt is PROMPTS[-1]:
         assert len(job.prompt_tokens) > 64 * 3
-    alone, split = run(single, job), run(hybrid, dataclasses.replace(job))
+    alone, split = collect(single, job), collect(hybrid, dataclasses.replace(job))
     assert text_of(split) == text_of(alone)
     assert split[-1].completion_tokens == alone[-1].completion_tokens
     assert split[-1].finish_reason == alone[-1].finish_reason
@@ -79,7 +62,7 @@ def test_greedy_hybrid_output_equals_one_context(
 
 def test_the_handoff_is_measured_and_labelled(engines: tuple[Engine, Engine]) -> None:
     _, hybrid = engines
-    deltas = run(hybrid, job_for(hybrid, PROMPTS[1], max_tokens=12))
+    deltas = collect(hybrid, job_for(hybrid, PROMPTS[1], max_tokens=12))
     first, last = deltas[0].stats, deltas[-1].stats
     assert first is not None
     assert last is not None
@@ -100,7 +83,7 @@ def test_streams_decode_together(engines: tuple[Engine, Engine]) -> None:
     jobs = [job_for(hybrid, p, max_tokens=24) for p in PROMPTS[:2]]
 
     async def both() -> list[list[Delta]]:
-        return list(await asyncio.gather(*(collect(hybrid, j) for j in jobs)))
+        return list(await asyncio.gather(*(stream_all(hybrid, j) for j in jobs)))
 
     for deltas in asyncio.run(both()):
         assert text_of(deltas)
@@ -112,20 +95,6 @@ def test_streams_decode_together(engines: tuple[Engine, Engine]) -> None:
 
 def test_cancel_during_hybrid_decode(engines: tuple[Engine, Engine]) -> None:
     _, hybrid = engines
-    job = job_for(hybrid, "Tell a long story.", max_tokens=300)
-
-    async def cancel_after_three() -> list[Delta]:
-        seen = []
-        async for delta in hybrid.stream(job):
-            seen.append(delta)
-            if len(seen) == 3:
-                job.cancel()
-        return seen
-
-    seen = asyncio.run(cancel_after_three())
-    assert seen[-1].finish_reason == "cancelled"
-    # The worker may have run ahead of this consumer before the flag was set, but not further
-    # than one token past what it had already sent.
-    sent = sum(1 for delta in seen if delta.text)
-    assert seen[-1].completion_tokens <= sent + 1 < 300
-    assert run(hybrid, job_for(hybrid, "Hi", max_tokens=3))[-1].completion_tokens == 3
+    seen = cancel_after_three(hybrid, job_for(hybrid, "Tell a long story.", max_tokens=300))
+    assert_cancelled_within_one_token(seen, 300)
+    assert collect(hybrid, job_for(hybrid, "Hi", max_tokens=3))[-1].completion_tokens == 3
