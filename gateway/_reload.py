@@ -49,7 +49,7 @@ class Reloader:
     last_error: ReloadOutcome | None = None
     reloads: int = 0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @property
     def path(self) -> Path:
@@ -106,10 +106,9 @@ class Reloader:
         }
 
     def _on_sighup(self) -> None:
-        self._tasks.append(asyncio.ensure_future(self._reload_quietly("sighup")))
-
-    async def _reload_quietly(self, trigger: Trigger) -> None:
-        await self.reload(trigger)
+        task = asyncio.ensure_future(self.reload("sighup"))
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
 
     async def _watch_file(self) -> None:
         """Watch the folder, not the file: editors save by writing a new file and renaming it."""
