@@ -39,7 +39,8 @@ State = Literal["starting", "loading", "ready", "failed"]
 @dataclass(frozen=True)
 class PreloadTarget:
     model_id: str
-    placement: Placement
+    # None: the model's default device, found when it loads (no device may be able to run it).
+    placement: Placement | None
     # A failure stops the server at start: the model was asked for by name, or a route has
     # nothing to fall back on.
     fatal: bool
@@ -163,10 +164,13 @@ class Runtime:
         return Placement(device, device)
 
     async def preload(self, routes: LoadedRoutes, *, at_start: bool) -> None:
-        """Load the table's preload targets; a fatal failure at start stops the server."""
+        """Load the table's preload targets; a fatal failure at start stops the server.
+        `preload_errors` holds this table's failures (a reload starts the list anew)."""
+        self.preload_errors = []
         for target in self.preload_targets(routes):
             try:
-                lease = await self.acquire(routes, target.model_id, target.placement)
+                placement = target.placement or self.default_placement(routes, target.model_id)
+                lease = await self.acquire(routes, target.model_id, placement)
             except RequestError as exc:  # a broken file, a missing device or library
                 message = f"{target.why}: {exc.message}"
                 self.preload_errors.append(message)
@@ -199,13 +203,12 @@ class Runtime:
         listed = () if wanted == "routes" else wanted
         if config.expose_models:  # models callable by id: their tokenizer counts prompts
             listed = tuple(m for m, c in config.models.items() if c.engine != REMOTE_ENGINE)
-        for model_id in listed:
-            if not any(model == model_id for model, _ in targets):
-                placement = self.default_placement(routes, model_id)
-                targets[(model_id, placement.key)] = PreloadTarget(
-                    model_id, placement, True, f"preload {model_id}"
-                )
-        return list(targets.values())
+        placed = {model for model, _ in targets}
+        return list(targets.values()) + [
+            PreloadTarget(model_id, None, True, f"preload {model_id}")
+            for model_id in dict.fromkeys(listed)
+            if model_id not in placed
+        ]
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -1,0 +1,47 @@
+"""The warm start's failures, on a machine where no device can run the model (nothing loads:
+the failures come before any engine is built)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from engines import Inventory
+from gateway._runtime import Runtime
+from router import Device, LoadedRoutes, parse_routes
+
+ROUTES = """\
+version: 1
+lifecycle: {preload: [smollm2]}
+models:
+  smollm2: {engine: llamacpp, source: m.gguf}
+routes:
+  chat: {kind: chat, model: smollm2, device: cpu}
+"""
+NO_ENGINE = Inventory({"cpu": Device("cpu", frozenset(), "test")}, ())
+NO_DEVICE = (
+    "preload smollm2: model 'smollm2': no device here can run engine 'llamacpp' "
+    "(GET /v1/system-info lists the devices)"
+)
+
+
+def runtime() -> tuple[Runtime, list[str]]:
+    routes = LoadedRoutes(parse_routes(ROUTES, "routes.yaml"), Path("/srv/routes.yaml"))
+    fatal: list[str] = []
+    return Runtime(routes, NO_ENGINE, on_fatal=fatal.append), fatal
+
+
+def test_a_listed_model_no_device_can_run_fails_the_start() -> None:
+    started, fatal = runtime()
+    asyncio.run(started.preload(started.routes, at_start=True))
+    assert started.state == "failed"
+    assert started.preload_errors == [NO_DEVICE]
+    assert fatal == [NO_DEVICE.removeprefix("preload smollm2: ")]
+
+
+def test_each_preload_reports_its_own_table_s_failures() -> None:
+    reloaded, fatal = runtime()
+    for _ in range(2):
+        asyncio.run(reloaded.preload(reloaded.routes, at_start=False))
+    assert reloaded.preload_errors == [NO_DEVICE]
+    assert fatal == []
