@@ -109,11 +109,14 @@ def _preload_problems(config: RoutesFile) -> list[str]:
     if preload == "routes":
         return []
     known = ", ".join(sorted(config.models))
-    return [
-        f"lifecycle.preload.{number}: unknown model {model!r} (known: {known})"
-        for number, model in enumerate(preload)
-        if model not in config.models
-    ]
+    problems = []
+    for number, model in enumerate(preload):
+        at = f"lifecycle.preload.{number}"
+        if model not in config.models:
+            problems.append(f"{at}: unknown model {model!r} (known: {known})")
+        elif config.models[model].engine == REMOTE_ENGINE:
+            problems.append(f"{at}: {model!r} is a remote model, nothing loads here: remove it")
+    return problems
 
 
 def _route_problems(config: RoutesFile, where: str, route: RouteConfig) -> list[str]:

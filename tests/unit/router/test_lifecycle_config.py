@@ -72,3 +72,14 @@ def test_max_loaded_models_must_be_positive() -> None:
         "routes.yaml: lifecycle.max_loaded_models: input should be greater than or equal to 1, "
         "got 0"
     ]
+
+
+def test_preload_refuses_a_remote_model() -> None:
+    text = config_with("pinned: true", "lifecycle: {preload: [upstream]}\n").replace(
+        "routes:",
+        "  upstream: {engine: remote, base_url: 'http://127.0.0.1:9/v1', model: m}\nroutes:",
+    )
+    assert problems(text) == [
+        "routes.yaml: lifecycle.preload.0: 'upstream' is a remote model, nothing loads here: "
+        "remove it"
+    ]
