@@ -23,7 +23,7 @@ from gateway._metrics_api import (
     provide_record,
     record_failure,
 )
-from gateway._ops import OPS_HANDLERS
+from gateway._ops import OPS_HANDLERS, describe_loaded
 from gateway._reload import Reloader
 from gateway._responses import collect_body, sse_events
 from gateway._runtime import Runtime
@@ -229,17 +229,7 @@ async def explain_post(
 @get("/system-info")
 async def system_info(runtime: Runtime) -> dict[str, Any]:
     """The devices found, how each was detected, which engines can use it, what is loaded."""
-    loaded = [
-        {
-            "model": entry.info.model,
-            "engine": entry.info.engine,
-            "device": entry.info.device,
-            "backend": entry.info.backend,
-            "queued": entry.engine.pending(),
-        }
-        for entry in runtime.pool.loaded()
-    ]
-    return {**describe_inventory(runtime.inventory), "loaded": loaded}
+    return {**describe_inventory(runtime.inventory), "loaded": describe_loaded(runtime)}
 
 
 @get("/health")

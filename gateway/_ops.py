@@ -16,7 +16,7 @@ from gateway._reload import Reloader
 from gateway._runtime import Runtime
 from router import BadRequestError, LoadedRoutes, Placement, RequestError, parse_device
 
-__all__ = ["OPS_HANDLERS"]
+__all__ = ["OPS_HANDLERS", "describe_loaded"]
 
 ADMIN = {"admin": True}
 
@@ -63,7 +63,7 @@ async def admin_reload(reloader: Reloader) -> Response[Any]:
 
 @get("/loaded")
 async def loaded_models(runtime: Runtime) -> dict[str, Any]:
-    return {"object": "list", "data": _listing(runtime, runtime.pool.loaded())}
+    return {"object": "list", "data": describe_loaded(runtime)}
 
 
 @post("/load", status_code=200, opt=ADMIN)
@@ -75,7 +75,7 @@ async def load_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[
     lease = await runtime.acquire(routes, data.model, placement)
     lease.release()
     loaded = [entry for entry in runtime.pool.loaded() if entry.info is lease.info]
-    return {"loaded": True, "data": _listing(runtime, loaded)}
+    return {"loaded": True, "data": describe_loaded(runtime, loaded)}
 
 
 @post("/unload", status_code=200, opt=ADMIN)
@@ -93,7 +93,7 @@ async def unload_model(request: Request[Any, Any, Any], runtime: Runtime) -> dic
             f"{', '.join(e.info.device for e in busy)}: retry when they end",
             code="model_busy",
         )
-    listing = _listing(runtime, entries)
+    listing = describe_loaded(runtime, entries)
     for entry in entries:
         await runtime.pool.unload(entry, "asked by POST /unload")
     return {"unloaded": listing}
@@ -107,7 +107,7 @@ async def ready(runtime: Runtime) -> Response[Any]:
     body = {
         "status": runtime.state,
         "ready": runtime.state == "ready",
-        "models": _listing(runtime, runtime.pool.loaded()),
+        "models": describe_loaded(runtime),
         "loading": [model for model, _, _ in runtime.pool.loading()],
         "preload_errors": runtime.preload_errors,
         "devices": [
@@ -118,7 +118,11 @@ async def ready(runtime: Runtime) -> Response[Any]:
     return Response(body, status_code=200 if body["ready"] else 503)
 
 
-def _listing(runtime: Runtime, entries: list[LoadedEngine]) -> list[dict[str, Any]]:
+def describe_loaded(
+    runtime: Runtime, entries: list[LoadedEngine] | None = None
+) -> list[dict[str, Any]]:
+    """Loaded engines (default: all) as /v1/loaded, /v1/ready and system-info list them."""
+    entries = runtime.pool.loaded() if entries is None else entries
     now = runtime.pool.clock()
     return [describe(entry, now, runtime.model_policy(entry.spec.model_id)) for entry in entries]
 
