@@ -30,7 +30,7 @@ $(CONVERT_STAMP): $(STAMP)
 # The bundled SmolLM2 as an int4 CPU ONNX model for the onnx-genai engine (about a minute, once):
 # cached in $$ZEST_CACHE/models/smollm2-135m-instruct-int4-cpu and reused from then on.
 onnx-model: $(CONVERT_STAMP)
-	$(BIN)/python -m engines.convert
+	$(BIN)/python -m zest.engines.convert
 
 serve: install
 	$(BIN)/zest serve --routes $(ROUTES)

@@ -25,9 +25,9 @@ from pathlib import Path
 # `engines` package: put the repository there instead.
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from engines import Engine, GenerationJob, create_engine  # noqa: E402
-from engines.convert import MODEL_NAME  # noqa: E402
-from router import LlamaCppModel, LlamaCppOptions, OnnxGenaiModel, OnnxGenaiOptions  # noqa: E402
+from zest.engines import Engine, GenerationJob, create_engine  # noqa: E402
+from zest.engines.convert import MODEL_NAME  # noqa: E402
+from zest.router import LlamaCppModel, LlamaCppOptions, OnnxGenaiModel, OnnxGenaiOptions  # noqa: E402
 
 PROMPT_SIZES = (128, 1024)
 # Each run's prompt opens with its own word: llama.cpp reuses the KV cache of a shared prefix

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engines import Engine, GenerationJob, create_engine
-from router import Device, LlamaCppModel, Placement, load_routes
+from zest.engines import Engine, GenerationJob, create_engine
+from zest.router import Device, LlamaCppModel, Placement, load_routes
 
 REPO = Path(__file__).resolve().parents[1]
 CPU2 = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")

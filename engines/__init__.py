@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines._base import (
+from zest.engines._base import (
     Delta,
     Engine,
     EngineInfo,
@@ -20,34 +20,51 @@ from engines._base import (
     engine_factory,
     register_engine,
 )
-from engines._devices import Inventory, Probe, detect_inventory, parse_emulation
-from engines._llamacpp import LlamaCppEngine
-from engines._onnx_genai import OnnxGenaiEngine
-from engines._remote import RemoteEngine, privacy_is_strict
-from engines._sources import ModelFileMissingError, resolve_source
-from engines._stops import StopMatcher
-from router import Device, ModelConfig, Placement, parse_device
+from zest.engines._devices import Inventory, Probe, detect_inventory, parse_emulation
+from zest.engines._llamacpp import LlamaCppEngine
+from zest.engines._onnx_genai import OnnxGenaiEngine
+from zest.engines._pool import (
+    EngineKey,
+    EnginePool,
+    EngineSpec,
+    Lease,
+    LoadedEngine,
+    ModelPolicy,
+    describe,
+)
+from zest.engines._remote import RemoteEngine, privacy_is_strict
+from zest.engines._sources import hf_hub_cache_dir, resolve_source, zest_cache_dir
+from zest.engines._stops import StopMatcher
+from zest.router import Device, ModelConfig, Placement, parse_device
 
 __all__ = [
     "Delta",
     "Engine",
     "EngineInfo",
+    "EngineKey",
+    "EnginePool",
+    "EngineSpec",
     "GenerationJob",
     "Inventory",
+    "Lease",
     "LlamaCppEngine",
+    "LoadedEngine",
     "Message",
-    "ModelFileMissingError",
+    "ModelPolicy",
     "Probe",
     "RemoteEngine",
     "StageStats",
     "StopMatcher",
     "create_engine",
+    "describe",
     "detect_inventory",
     "engine_class",
+    "hf_hub_cache_dir",
     "parse_emulation",
     "privacy_is_strict",
     "register_engine",
     "resolve_source",
+    "zest_cache_dir",
 ]
 
 register_engine(LlamaCppEngine.name, LlamaCppEngine)

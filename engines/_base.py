@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from router import Placement
+from zest.router import Placement
 
 __all__ = [
     "Delta",

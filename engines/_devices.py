@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from router import ConfigError, Device
+from zest.errors import ConfigError
+from zest.router import Device
 
 __all__ = ["Inventory", "Probe", "detect_inventory", "parse_emulation"]
 

@@ -16,12 +16,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engines._base import Delta, GenerationJob, StageStats
-from engines._llama_native import NativeContext
-from engines._output import SequenceOutput
-from engines._prefix_cache import PrefixCache
-from engines._worker import PendingCounter, Task, stream_task
-from router import OverloadedError
+from zest.engines._base import Delta, GenerationJob, StageStats
+from zest.engines._llama_native import NativeContext
+from zest.engines._output import SequenceOutput
+from zest.engines._prefix_cache import PrefixCache
+from zest.engines._worker import PendingCounter, Task, stream_task
+from zest.errors import OverloadedError
 
 __all__ = ["BatchScheduler"]
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engines._base import GenerationJob
-from router import EngineError
+from zest.engines._base import GenerationJob
+from zest.errors import EngineError
 
 __all__ = ["ContextSettings", "NativeContext", "make_sampler", "token_piece"]
 

@@ -16,11 +16,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engines._base import Delta, GenerationJob, StageStats
-from engines._llama_native import NativeContext
-from engines._output import SequenceOutput
-from engines._worker import PendingCounter, Task, stream_task
-from router import OverloadedError, Placement
+from zest.engines._base import Delta, GenerationJob, StageStats
+from zest.engines._llama_native import NativeContext
+from zest.engines._output import SequenceOutput
+from zest.engines._worker import PendingCounter, Task, stream_task
+from zest.errors import OverloadedError
+from zest.router import Placement
 
 __all__ = ["HybridPipeline"]
 

@@ -16,14 +16,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from engines._base import Delta, Engine, EngineInfo, GenerationJob, Message
-from engines._llama_batch import BatchScheduler
-from engines._llama_native import ContextSettings, NativeContext, make_sampler, token_piece
-from engines._llama_pipeline import HybridPipeline
-from engines._output import SequenceOutput
-from engines._prefix_cache import PrefixCache
-from engines._sources import resolve_source
-from router import Device, EngineError, LlamaCppModel, Placement, ServiceUnavailableError
+from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob, Message
+from zest.engines._llama_batch import BatchScheduler
+from zest.engines._llama_native import ContextSettings, NativeContext, make_sampler, token_piece
+from zest.engines._llama_pipeline import HybridPipeline
+from zest.engines._output import SequenceOutput
+from zest.engines._prefix_cache import PrefixCache
+from zest.engines._sources import resolve_source
+from zest.errors import EngineError, ServiceUnavailableError
+from zest.router import Device, LlamaCppModel, Placement
 
 __all__ = ["LlamaCppEngine"]
 

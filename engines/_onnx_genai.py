@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from engines._base import Delta, Engine, EngineInfo, FinishReason, GenerationJob, Message
-from engines._providers import (
+from zest.engines._base import Delta, Engine, EngineInfo, FinishReason, GenerationJob, Message
+from zest.engines._providers import (
     CPU,
     HybridSplit,
     Provider,
@@ -23,10 +23,11 @@ from engines._providers import (
     hybrid_split,
     select_providers,
 )
-from engines._sources import ModelFileMissingError, resolve_source
-from engines._stops import StopMatcher
-from engines._worker import GenerationWorker
-from router import EngineError, OnnxGenaiModel, Placement, ServiceUnavailableError
+from zest.engines._sources import resolve_source
+from zest.engines._stops import StopMatcher
+from zest.engines._worker import GenerationWorker
+from zest.errors import EngineError, ModelFileMissingError, ServiceUnavailableError
+from zest.router import OnnxGenaiModel, Placement
 
 __all__ = ["OnnxGenaiEngine"]
 
@@ -246,7 +247,8 @@ def _model_dir(path: Path, source: str) -> Path:
     if not (folder / _GENAI_CONFIG).is_file():
         raise ModelFileMissingError(
             f"model {source}: {folder} has no {_GENAI_CONFIG}: point source at an ONNX Runtime "
-            "GenAI model folder (`python -m engines.convert` makes one from the bundled SmolLM2)"
+            "GenAI model folder (`python -m zest.engines.convert` makes one from the bundled "
+            "SmolLM2)"
         )
     return folder
 

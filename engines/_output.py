@@ -5,8 +5,8 @@ from __future__ import annotations
 import codecs
 from collections.abc import Callable
 
-from engines._base import Delta, FinishReason, GenerationJob, StageStats
-from engines._stops import StopMatcher
+from zest.engines._base import Delta, FinishReason, GenerationJob, StageStats
+from zest.engines._stops import StopMatcher
 
 __all__ = ["SequenceOutput"]
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from engines._base import Delta, Engine, EngineInfo, GenerationJob
-from router import REMOTE_ENGINE, ModelConfig, Placement
+from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob
+from zest.router import REMOTE_ENGINE, ModelConfig, Placement
 
 __all__ = [
     "EngineKey",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import cachetools
 
-from engines._llama_native import NativeContext
+from zest.engines._llama_native import NativeContext
 
 __all__ = ["PrefixCache"]
 

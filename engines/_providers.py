@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from router import ServiceUnavailableError
+from zest.errors import ServiceUnavailableError
 
 __all__ = [
     "HybridSplit",

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from engines._base import (
+from zest.engines._base import (
     Delta,
     Engine,
     EngineInfo,
@@ -38,19 +38,18 @@ from engines._base import (
     Message,
     StageStats,
 )
-from router import (
+from zest.errors import (
     BadRequestError,
     ContextLengthExceededError,
     EngineError,
     GatewayTimeoutError,
     OverloadedError,
-    Placement,
     PrivacyError,
-    RemoteModel,
     RequestError,
     ServiceUnavailableError,
     UpstreamRejectedError,
 )
+from zest.router import Placement, RemoteModel
 
 __all__ = ["RemoteEngine", "privacy_is_strict", "retry_delay", "translate_status"]
 

@@ -10,16 +10,9 @@ import importlib.metadata
 import os
 from pathlib import Path
 
-from router import ServiceUnavailableError
+from zest.errors import ModelFileMissingError
 
 __all__ = ["ModelFileMissingError", "hf_hub_cache_dir", "resolve_source", "zest_cache_dir"]
-
-
-class ModelFileMissingError(ServiceUnavailableError):
-    """The model's file is not on this machine."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, code="model_not_available")
 
 
 def resolve_source(source: str, base_dir: Path) -> Path:
@@ -90,7 +83,7 @@ def _from_zest_cache(source: str) -> Path:
         return path
     raise ModelFileMissingError(
         f"model {source}: not in zest's cache ({path}): `make onnx-model` "
-        "(python -m engines.convert) puts the bundled SmolLM2 ONNX model there; "
+        "(python -m zest.engines.convert) puts the bundled SmolLM2 ONNX model there; "
         f"`zest models pull FILE_OR_URL --name {path.name}` puts others there, "
         "or point source at their folder"
     )

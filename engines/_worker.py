@@ -15,8 +15,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
-from engines._base import Delta, GenerationJob
-from router import EngineError, ZestError
+from zest.engines._base import Delta, GenerationJob
+from zest.errors import EngineError, ZestError
 
 __all__ = ["GenerationWorker", "Task", "as_engine_error", "log_finished", "stream_task"]
 

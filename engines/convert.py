@@ -1,6 +1,6 @@
 """Convert the bundled SmolLM2 GGUF into an int4 CPU model for the onnx-genai engine, once.
 
-    python -m engines.convert [--out DIR] [--force]
+    python -m zest.engines.convert [--out DIR] [--force]
 
 onnxruntime-genai's model builder reads only fp16/fp32 GGUF files, and the bundled SmolLM2 is
 Q4_1 with tied embeddings, so the way goes through a transformers folder:
@@ -34,7 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engines._sources import ModelFileMissingError, resolve_source, zest_cache_dir
+from zest.engines._sources import resolve_source, zest_cache_dir
+from zest.errors import ConversionError, ModelFileMissingError
 
 __all__ = ["MODEL_NAME", "SOURCE", "convert", "default_out", "is_converted", "main"]
 
@@ -57,7 +58,7 @@ def is_converted(out: Path) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engines.convert", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m zest.engines.convert", description=__doc__)
     parser.add_argument("--out", type=Path, help=f"model folder (default: {default_out()})")
     parser.add_argument("--force", action="store_true", help="convert again even if cached")
     args = parser.parse_args(argv)
@@ -73,10 +74,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"conversion failed: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-class ConversionError(Exception):
-    """A step of the conversion failed; the message says which and what to do."""
 
 
 def convert(out: Path) -> None:

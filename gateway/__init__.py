@@ -1,7 +1,6 @@
 """HTTP: the Litestar app (OpenAI-compatible and task endpoints), settings and the CLI."""
 
-from gateway._app import create_app
-from gateway._runtime import Runtime
-from gateway._settings import Settings
+from zest.gateway.http import create_app
+from zest.gateway.serving import Runtime, Settings
 
 __all__ = ["Runtime", "Settings", "create_app"]

@@ -1,5 +1,7 @@
+"""`python -m zest.gateway`: the `zest` command (as `python -m zest`)."""
+
 import sys
 
-from gateway.cli import main
+from zest.gateway.cli import main
 
 sys.exit(main())

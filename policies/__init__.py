@@ -1,8 +1,8 @@
 """Policies over requests and plans: pure functions, no I/O."""
 
-from policies._budget import Budget, plan_budget, prompt_limit
-from policies._fallback import FailureKind, classify_failure, may_advance
-from policies._trim import (
+from zest.policies._budget import Budget, plan_budget, prompt_limit
+from zest.policies._fallback import FailureKind, classify_failure, may_advance
+from zest.policies._trim import (
     APPROXIMATION,
     Counter,
     Fitted,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies._trim import PromptLimit
-from router import BadRequestError, ContextLengthExceededError
+from zest.errors import BadRequestError, ContextLengthExceededError
+from zest.policies._trim import PromptLimit
 
 __all__ = ["Budget", "plan_budget", "prompt_limit"]
 

@@ -19,16 +19,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from router import (
+from zest.errors import (
     ContextLengthExceededError,
     EngineError,
     GatewayTimeoutError,
     OverloadedError,
     PrivacyError,
     RequestError,
-    RouteConfig,
     ServiceUnavailableError,
 )
+from zest.router import RouteConfig
 
 __all__ = ["FailureKind", "classify_failure", "may_advance"]
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from router import ContextLengthExceededError
+from zest.errors import ContextLengthExceededError
 
 __all__ = [
     "APPROXIMATION",

@@ -3,25 +3,8 @@
 Pure apart from reading the file: no engines, no network.
 """
 
-from router._errors import (
-    AuthenticationError,
-    BadRequestError,
-    ConfigError,
-    ContextLengthExceededError,
-    DeviceUnavailableError,
-    EngineError,
-    GatewayTimeoutError,
-    OverloadedError,
-    PermissionDeniedError,
-    PrivacyError,
-    RequestError,
-    ServiceUnavailableError,
-    UnknownTaskError,
-    UpstreamRejectedError,
-    ZestError,
-)
-from router._load import LoadedRoutes, load_routes, parse_routes
-from router._placement import (
+from zest.router._load import LoadedRoutes, load_routes, parse_routes
+from zest.router._placement import (
     DEVICE_ORDER,
     REMOTE_DEVICE,
     Device,
@@ -29,8 +12,8 @@ from router._placement import (
     describe_devices,
     parse_device,
 )
-from router._plan import STRICT_REASON, Attempt, ModelTraits, Plan, find_route, plan_route
-from router._schema import (
+from zest.router._plan import STRICT_REASON, Attempt, ModelTraits, Plan, find_route, plan_route
+from zest.router._schema import (
     DEVICES,
     REMOTE_ENGINE,
     ContextPolicy,
@@ -56,16 +39,9 @@ __all__ = [
     "REMOTE_ENGINE",
     "STRICT_REASON",
     "Attempt",
-    "AuthenticationError",
-    "BadRequestError",
-    "ConfigError",
-    "ContextLengthExceededError",
     "ContextPolicy",
     "Device",
-    "DeviceUnavailableError",
-    "EngineError",
     "FallbackEntry",
-    "GatewayTimeoutError",
     "Lifecycle",
     "LlamaCppModel",
     "LlamaCppOptions",
@@ -74,22 +50,14 @@ __all__ = [
     "ModelTraits",
     "OnnxGenaiModel",
     "OnnxGenaiOptions",
-    "OverloadedError",
-    "PermissionDeniedError",
     "Placement",
     "Plan",
-    "PrivacyError",
     "RemoteModel",
     "RemoteTimeouts",
-    "RequestError",
     "RouteConfig",
     "RouteTimeouts",
     "RoutesFile",
     "Sampling",
-    "ServiceUnavailableError",
-    "UnknownTaskError",
-    "UpstreamRejectedError",
-    "ZestError",
     "describe_devices",
     "find_route",
     "load_routes",

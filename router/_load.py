@@ -13,9 +13,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from router._errors import ConfigError
-from router._placement import parse_device
-from router._schema import (
+from zest.errors import ConfigError
+from zest.router._placement import parse_device
+from zest.router._schema import (
     ENGINES,
     REMOTE_ENGINE,
     LlamaCppModel,

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from router._errors import BadRequestError, DeviceUnavailableError, UnknownTaskError
-from router._placement import (
+from zest.errors import BadRequestError, DeviceUnavailableError, UnknownTaskError
+from zest.router._placement import (
     DEVICE_ORDER,
     REMOTE_DEVICE,
     Device,
@@ -25,7 +25,7 @@ from router._placement import (
     describe_devices,
     parse_device,
 )
-from router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
+from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 
 __all__ = ["Attempt", "ModelTraits", "Plan", "find_route", "plan_route"]
 

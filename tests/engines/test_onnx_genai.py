@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from engines import create_engine, resolve_source
-from engines._onnx_genai import OnnxGenaiEngine
-from engines.convert import MODEL_NAME
-from router import EngineError, OnnxGenaiModel, ServiceUnavailableError
 from tests.engines.conftest import collect, completion_job, job_for, text_of
+from zest.engines import create_engine, resolve_source
+from zest.engines._onnx_genai import OnnxGenaiEngine
+from zest.engines.convert import MODEL_NAME
+from zest.errors import EngineError, ServiceUnavailableError
+from zest.router import OnnxGenaiModel
 
 SOURCE = f"cache:{MODEL_NAME}"
 

@@ -9,19 +9,17 @@ from typing import Any
 
 import pytest
 
-from engines import Delta, GenerationJob, RemoteEngine
-from router import (
-    REMOTE_DEVICE,
+from tests.e2e.conftest import free_port
+from tests.upstream import Proxy
+from zest.engines import Delta, GenerationJob, RemoteEngine
+from zest.errors import (
     EngineError,
     OverloadedError,
-    Placement,
     PrivacyError,
-    RemoteModel,
     RequestError,
     ServiceUnavailableError,
 )
-from tests.e2e.conftest import free_port
-from tests.upstream import Proxy
+from zest.router import REMOTE_DEVICE, Placement, RemoteModel
 
 HELLO = ({"role": "user", "content": "Say hello."},)
 

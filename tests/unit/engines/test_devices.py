@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engines import detect_inventory, parse_emulation
-from router import ConfigError
+from zest.engines import detect_inventory, parse_emulation
+from zest.errors import ConfigError
 
 CPUINFO = (
     "processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t\t: fpu avx avx2 fma avx512f amx_tile\n"

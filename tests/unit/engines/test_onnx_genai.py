@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from engines import ModelFileMissingError, create_engine
-from engines._onnx_genai import _backend
-from engines._providers import CPU, DML, VITIS_AI, HybridSplit
-from router import OnnxGenaiModel, ServiceUnavailableError
+from zest.engines import create_engine
+from zest.engines._onnx_genai import _backend
+from zest.engines._providers import CPU, DML, VITIS_AI, HybridSplit
+from zest.errors import ModelFileMissingError, ServiceUnavailableError
+from zest.router import OnnxGenaiModel
 
 
 def model_folder(tmp_path: Path) -> Path:
@@ -47,7 +48,7 @@ def test_a_folder_without_genai_config_is_not_a_model(tmp_path: Path) -> None:
         create_engine("m", config, tmp_path, "cpu")
     assert info.value.message == (
         f"model {tmp_path}: {tmp_path} has no genai_config.json: point source at an ONNX "
-        "Runtime GenAI model folder (`python -m engines.convert` makes one from the bundled "
+        "Runtime GenAI model folder (`python -m zest.engines.convert` makes one from the bundled "
         "SmolLM2)"
     )
 

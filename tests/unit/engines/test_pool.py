@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from engines import Delta, Engine, EngineInfo, GenerationJob, Message
-from engines._pool import EnginePool, EngineSpec, ModelPolicy
-from router import Device, LlamaCppModel, Placement, RemoteModel
+from zest.engines import Delta, Engine, EngineInfo, GenerationJob, Message
+from zest.engines._pool import EnginePool, EngineSpec, ModelPolicy
+from zest.router import Device, LlamaCppModel, Placement, RemoteModel
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "test")
 ON_CPU = Placement(CPU, CPU)

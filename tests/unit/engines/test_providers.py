@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from engines._providers import (
+from zest.engines._providers import (
     CPU,
     CUDA,
     DML,
@@ -19,7 +19,7 @@ from engines._providers import (
     select_providers,
     usable_providers,
 )
-from router import ServiceUnavailableError
+from zest.errors import ServiceUnavailableError
 
 CPU_ONLY = {"AzureExecutionProvider", "CPUExecutionProvider"}
 

@@ -8,16 +8,16 @@ import time
 import httpx
 import pytest
 
-from engines._remote import retry_delay, translate_status
-from router import (
+from zest.engines._remote import retry_delay, translate_status
+from zest.errors import (
     BadRequestError,
     ContextLengthExceededError,
     EngineError,
     OverloadedError,
-    RemoteModel,
     RequestError,
     UpstreamRejectedError,
 )
+from zest.router import RemoteModel
 
 CONFIG = RemoteModel(engine="remote", base_url="http://127.0.0.1:9/v1", model="m")
 LLAMA_CPP_OVERFLOW = (

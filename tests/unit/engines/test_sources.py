@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engines import ModelFileMissingError, resolve_source
+from zest.engines import resolve_source
+from zest.errors import ModelFileMissingError
 
 
 def test_a_cache_source_is_a_folder_under_zest_cache(
@@ -34,7 +35,7 @@ def test_a_missing_cache_entry_says_how_to_make_it(
         resolve_source("cache:m", Path("/elsewhere"))
     assert str(info.value) == (
         f"model cache:m: not in zest's cache ({tmp_path}/models/m): `make onnx-model` "
-        "(python -m engines.convert) puts the bundled SmolLM2 ONNX model there; "
+        "(python -m zest.engines.convert) puts the bundled SmolLM2 ONNX model there; "
         "`zest models pull FILE_OR_URL --name m` puts others there, "
         "or point source at their folder"
     )

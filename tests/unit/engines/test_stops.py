@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engines import StopMatcher
+from zest.engines import StopMatcher
 
 
 def run(stops: tuple[str, ...], pieces: list[str]) -> tuple[str, bool]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from engines import Delta, EngineInfo
-from gateway._service import Generation
-from policies import Budget, Trimmed
-from router import Attempt, Device, EngineError, Placement, Plan, RouteConfig
+from zest.engines import Delta, EngineInfo
+from zest.errors import EngineError
+from zest.gateway.serving._generation import Generation
+from zest.policies import Budget, Trimmed
+from zest.router import Attempt, Device, Placement, Plan, RouteConfig
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
 

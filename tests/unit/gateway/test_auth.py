@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway import Settings
-from gateway._auth import (
+from zest.errors import AuthenticationError, ConfigError, PermissionDeniedError, RequestError
+from zest.gateway import Settings
+from zest.gateway.http._auth import (
     AccessPolicy,
     credential_of,
     exposure_warning,
@@ -15,7 +16,6 @@ from gateway._auth import (
     parse_keys,
     read_key_file,
 )
-from router import AuthenticationError, ConfigError, PermissionDeniedError, RequestError
 
 SEND_KEY = "send 'Authorization: Bearer <key>'; the keys are set with ZEST_API_KEYS"
 SEND_ADMIN = "send 'Authorization: Bearer <admin key>', the key set with ZEST_ADMIN_KEY"

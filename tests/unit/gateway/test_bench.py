@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway._bench import _PREFILL, Sample, _question, _routes_file, _summary
-from router import LlamaCppModel, load_routes
+from zest.gateway.cli._bench import _PREFILL, Sample, _question, _routes_file, _summary
+from zest.router import LlamaCppModel, load_routes
 
 
 def test_aggregate_is_every_rounds_tokens_over_every_rounds_time() -> None:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from gateway._eval import (
+from zest.errors import EvalFileError
+from zest.gateway.cli._eval_cases import (
     Case,
     CaseResult,
-    EvalFileError,
     answer_text,
     format_result,
     gateway_problems,

@@ -15,24 +15,24 @@ import pytest
 from litestar.exceptions import HTTPException
 from prometheus_client.parser import text_string_to_metric_families
 
-from engines import Delta, Inventory, StageStats
-from gateway._metrics import Metrics, RequestRecord, outcome_of
-from gateway._responses import collect_body, sse_events
-from gateway._runtime import Runtime
-from gateway._service import Generation
-from policies import Trimmed
-from router import (
+from tests.unit.gateway.generations import CPU, failing_after_one
+from tests.unit.gateway.generations import generation as scripted
+from zest import errors
+from zest.engines import Delta, Inventory, StageStats
+from zest.errors import (
     BadRequestError,
     ContextLengthExceededError,
-    Device,
     DeviceUnavailableError,
     EngineError,
     GatewayTimeoutError,
     RequestError,
-    load_routes,
 )
-from tests.unit.gateway.generations import CPU, failing_after_one
-from tests.unit.gateway.generations import generation as scripted
+from zest.gateway.http._metrics import Metrics, RequestRecord, outcome_of
+from zest.gateway.http._responses import collect_body, sse_events
+from zest.gateway.serving._generation import Generation
+from zest.gateway.serving._runtime import Runtime
+from zest.policies import Trimmed
+from zest.router import Device, load_routes
 
 ROUTES = Path(__file__).resolve().parents[3] / "routes.yaml"
 NPU = Device("npu", frozenset({"llamacpp"}), "emulated (ZEST_EMULATE_DEVICES)", emulated=True)
@@ -72,7 +72,7 @@ def started(metrics: Metrics, gen: Generation, task: str = "chat") -> RequestRec
     """A record that reached its first token, as _Walk leaves it."""
     record = metrics.begin(task)
     record.attempt("m", "cpu")
-    gen.record = record
+    gen.events = record
     record.first_token(gen)
     return record
 
@@ -159,8 +159,8 @@ def test_a_failure_before_the_first_token_counts_with_its_code_and_attempt() -> 
     record = metrics.begin("chat")
     record.attempt("m", "npu(emulated)")
     record.fell_back("device error")
-    record.fail(DeviceUnavailableError("npu is not available", removed=()))
-    record.fail(BadRequestError("ignored: a record ends once"))
+    record.failed(DeviceUnavailableError("npu is not available", removed=()))
+    record.failed(BadRequestError("ignored: a record ends once"))
     scraped = samples(metrics)
     assert (
         value(
@@ -184,7 +184,7 @@ def test_a_request_that_falls_back_then_succeeds_counts_the_fallback_and_the_tri
     gen = generation(tokens(Delta("", "stop", 1)), trimmed=trimmed)
     record = metrics.begin("chat")
     record.fell_back("load error")
-    gen.record = record
+    gen.events = record
     record.first_token(gen)
     finished_body(gen)
     scraped = samples(metrics)
@@ -256,11 +256,24 @@ def test_outcomes_are_error_codes_or_classes(
     assert outcome_of(error, after_first_token=after_first_token) == outcome
 
 
-def test_a_class_without_a_code_is_named_after_it() -> None:
-    class ClientDisconnectedError(RequestError):
+def test_outcomes_are_declared_not_derived_from_class_names() -> None:
+    class RenamedBadRequestError(BadRequestError):
         pass
 
-    assert outcome_of(ClientDisconnectedError("gone")) == "client_disconnected"
+    assert outcome_of(RenamedBadRequestError("x")) == "bad_request"
+    assert outcome_of(errors.ClientDisconnectedError("gone")) == "client_disconnected"
+
+
+def test_every_request_error_class_declares_a_snake_case_outcome() -> None:
+    classes = [
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, RequestError)
+    ]
+    assert len(classes) > 10
+    for cls in classes:
+        assert cls.outcome.replace("_", "").isalpha(), cls
+        assert cls.outcome.islower(), cls
 
 
 def runtime(devices: dict[str, Device]) -> Runtime:
@@ -303,7 +316,7 @@ def test_devices_and_loaded_models_are_read_at_scrape_time() -> None:
 
 def test_two_apps_in_one_process_keep_their_own_counts() -> None:
     first, second = Metrics(), Metrics()
-    first.begin("chat").fail(BadRequestError("x"))
+    first.begin("chat").failed(BadRequestError("x"))
     labels = {"task": "chat", "model": "none", "device": "none", "outcome": "bad_request"}
     assert value(samples(first), "zest_requests_total", **labels) == 1
     assert value(samples(second), "zest_requests_total", **labels) == 0

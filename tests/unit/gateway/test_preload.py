@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from engines import Inventory
-from gateway._runtime import Runtime
-from router import Device, LoadedRoutes, parse_routes
+from zest.engines import Inventory
+from zest.gateway.serving._runtime import Runtime
+from zest.router import Device, LoadedRoutes, parse_routes
 
 ROUTES = """\
 version: 1

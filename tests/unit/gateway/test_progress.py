@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from gateway._progress import Progress, human_size
+from zest.gateway.cli._progress import Progress, human_size
 
 
 class Terminal(io.StringIO):

@@ -15,10 +15,10 @@ from litestar import Litestar, Request, Router, get, post
 from litestar.exceptions import HTTPException
 from litestar.testing import TestClient
 
-from gateway import Settings
-from gateway._app import _http_error, _request_error
-from gateway._security import EXPOSED_HEADERS, HttpSecurity
-from router import RequestError
+from zest.errors import RequestError
+from zest.gateway import Settings
+from zest.gateway.http._app import _http_error, _request_error
+from zest.gateway.http._security import EXPOSED_HEADERS, HttpSecurity
 
 
 @get("/health")

@@ -11,10 +11,10 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from engines import Delta
-from gateway._responses import sse_events
-from gateway._service import Generation
 from tests.unit.gateway.generations import failing_after_one, generation
+from zest.engines import Delta
+from zest.gateway.http._responses import sse_events
+from zest.gateway.serving._generation import Generation
 
 
 def events(gen: Generation, include_usage: bool = False) -> list[Any]:

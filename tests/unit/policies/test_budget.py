@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from policies import Budget, plan_budget
-from router import BadRequestError, ContextLengthExceededError
+from zest.errors import BadRequestError, ContextLengthExceededError
+from zest.policies import Budget, plan_budget
 
 
 def budget(prompt: int, requested: int | None, cap: int = 256, context: int = 1024) -> Budget:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies import FailureKind, classify_failure, may_advance
-from router import (
+from zest.errors import (
     BadRequestError,
     ContextLengthExceededError,
     DeviceUnavailableError,
@@ -14,10 +13,11 @@ from router import (
     OverloadedError,
     PrivacyError,
     RequestError,
-    RouteConfig,
     ServiceUnavailableError,
     UpstreamRejectedError,
 )
+from zest.policies import FailureKind, classify_failure, may_advance
+from zest.router import RouteConfig
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from policies import (
+from zest.errors import ContextLengthExceededError
+from zest.policies import (
     Fitted,
     PromptLimit,
     Trimmed,
@@ -16,7 +17,6 @@ from policies import (
     prompt_limit,
     trim_marker,
 )
-from router import ContextLengthExceededError
 
 LIMIT = PromptLimit(30, "routes.chat.context.max_prompt_tokens")
 

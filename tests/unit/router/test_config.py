@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from router import ConfigError, OnnxGenaiOptions, load_routes, parse_routes
+from zest.errors import ConfigError
+from zest.router import OnnxGenaiOptions, load_routes, parse_routes
 
 REPO = Path(__file__).resolve().parents[3]
 

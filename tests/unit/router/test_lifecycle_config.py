@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from router import ConfigError, LlamaCppModel, parse_routes
+from zest.errors import ConfigError
+from zest.router import LlamaCppModel, parse_routes
 
 MODELS = """\
 version: 1

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from router import (
-    REMOTE_DEVICE,
+from zest.errors import (
     BadRequestError,
-    Device,
     DeviceUnavailableError,
+    ServiceUnavailableError,
+    UnknownTaskError,
+)
+from zest.router import (
+    REMOTE_DEVICE,
+    Device,
     ModelTraits,
     Plan,
     RouteConfig,
-    ServiceUnavailableError,
-    UnknownTaskError,
     find_route,
     parse_routes,
     plan_route,

@@ -9,12 +9,11 @@ from typing import Any
 from litestar import Request, Response, get, post
 from pydantic import BaseModel, ConfigDict
 
-from engines._pool import LoadedEngine, describe
-from gateway._body import parse_body
-from gateway._explain import describe_inventory
-from gateway._reload import Reloader
-from gateway._runtime import Runtime
-from router import BadRequestError, LoadedRoutes, Placement, RequestError, parse_device
+from zest.engines import LoadedEngine, describe
+from zest.errors import BadRequestError, ModelBusyError
+from zest.gateway.http._body import parse_body
+from zest.gateway.serving import Reloader, Runtime, describe_inventory
+from zest.router import LoadedRoutes, Placement, parse_device
 
 __all__ = ["OPS_HANDLERS", "describe_loaded"]
 
@@ -27,10 +26,6 @@ class ModelRequest(BaseModel):
     model: str
     # cpu, gpu, npu or PREFILL->DECODE; default: where the model's routes first place it.
     device: str | None = None
-
-
-class ModelBusyError(RequestError):
-    status_code = 409
 
 
 @get("/routes")

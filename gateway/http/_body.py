@@ -9,10 +9,12 @@ from typing import Any, TypeVar
 from litestar import Request
 from pydantic import BaseModel, ValidationError
 
-from gateway._metrics_api import name_task
-from router import BadRequestError
+from zest.errors import BadRequestError
 
-__all__ = ["parse_body"]
+__all__ = ["REQUESTED_TASK", "parse_body"]
+
+# request.state key: the task (or model) a body names, read by whoever reports the request.
+REQUESTED_TASK = "zest_requested_task"
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -27,7 +29,8 @@ async def parse_body(request: Request[Any, Any, Any], schema: type[Body]) -> Bod
         ) from None
     if not isinstance(data, dict):
         raise BadRequestError("the request body must be a JSON object")
-    name_task(request, data.get("model"))  # a generation's metrics count a 400 against its task
+    if isinstance(data.get("model"), str):  # what the body asks for, even if it is invalid
+        request.state[REQUESTED_TASK] = data["model"]
     try:
         return schema.model_validate(data)
     except ValidationError as exc:

@@ -13,8 +13,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from engines import Delta
-from router import GatewayTimeoutError, RouteTimeouts
+from zest.engines import Delta
+from zest.errors import GatewayTimeoutError
+from zest.router import RouteTimeouts
 
 __all__ = ["Deadline", "first_delta", "next_delta"]
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import httpx
 
-from gateway._eval import (
+from zest.errors import EvalFileError
+from zest.gateway.cli._eval_cases import (
     Case,
     CaseResult,
-    EvalFileError,
     answer_text,
     format_result,
     format_summary,

@@ -11,10 +11,11 @@ from typing import Any
 
 import httpx
 
-from engines._sources import ModelFileMissingError, resolve_source
-from gateway._progress import human_size
-from gateway._pull import disk_size, pull
-from router import LoadedRoutes, ModelConfig, RemoteModel, ZestError, load_routes
+from zest.engines import resolve_source
+from zest.errors import ModelFileMissingError, ZestError
+from zest.gateway.cli._progress import human_size
+from zest.gateway.cli._pull import disk_size, pull
+from zest.router import LoadedRoutes, ModelConfig, RemoteModel, load_routes
 
 __all__ = ["ModelRow", "add_models_command", "model_rows"]
 

@@ -9,16 +9,84 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from gateway._service import Generation
-from router import EngineError, RequestError
+from zest.engines import StageStats
+from zest.errors import EngineError, RequestError
+from zest.gateway.serving import Generation
+from zest.policies import Trimmed
 
-__all__ = ["collect_body", "sse_events"]
+__all__ = ["collect_body", "header_value", "route_headers", "sse_events", "zest_extension"]
 
 log = logging.getLogger("zest.gateway")
 Kind = Literal["chat", "completion"]
 _OBJECT = {"chat": "chat.completion", "completion": "text_completion"}
 _CHUNK_OBJECT = {"chat": "chat.completion.chunk", "completion": "text_completion"}
 _ID_PREFIX = {"chat": "chatcmpl-", "completion": "cmpl-"}
+
+
+def route_headers(gen: Generation) -> dict[str, str]:
+    """The x-zest-* headers: what served the request, its plan, fallbacks, trimming, stages."""
+    headers = {
+        "x-zest-route": f"task={gen.plan.task}; model={gen.info.model}; "
+        f"device={gen.info.device}; engine={gen.info.engine}",
+        "x-zest-plan": gen.attempt.reason,
+    }
+    if gen.fallbacks:
+        headers["x-zest-fallbacks"] = header_value(" | ".join(gen.fallbacks))
+    if gen.trimmed is not None:
+        headers["x-zest-trimmed"] = trimmed_header(gen.trimmed)
+    stats = gen.final_stats or gen.first.stats
+    if stats is not None:
+        headers["x-zest-pipeline"] = pipeline_header(stats)
+    return headers
+
+
+def zest_extension(gen: Generation) -> dict[str, Any]:
+    """The `zest` object of a response: what served the request and what was applied."""
+    info: dict[str, Any] = {
+        "task": gen.plan.task,
+        "model": gen.info.model,
+        "device": gen.info.device,
+        "engine": gen.info.engine,
+        "reason": gen.attempt.reason,
+        "max_tokens": gen.budget.max_tokens,
+    }
+    if gen.budget.clamped_from is not None:
+        info["max_tokens_clamped_from"] = gen.budget.clamped_from
+    if gen.fallbacks:
+        info["fallbacks"] = gen.fallbacks
+    if gen.trimmed is not None:
+        info["trimmed"] = {
+            "tokens": gen.trimmed.trimmed_tokens,
+            "strategy": gen.trimmed.strategy,
+            "messages_dropped": gen.trimmed.messages_dropped,
+            "prompt_tokens_before": gen.trimmed.tokens_before,
+        }
+    if gen.approximate:
+        info["approximate_tokens"] = True
+    return info
+
+
+def pipeline_header(stats: StageStats) -> str:
+    figures = stats.as_dict()
+    parts = [f"prefill={stats.prefill_device} {figures['prefill_ms']}ms"]
+    if stats.handoff_bytes is not None:
+        parts.append(f"handoff={figures['handoff_ms']}ms {stats.handoff_bytes}B")
+    decode = f"decode={stats.decode_device}"
+    if figures["decode_tokens_per_s"] is not None:
+        decode += f" {figures['decode_tokens_per_s']}tok/s"
+    return "; ".join([*parts, decode])
+
+
+def header_value(text: str) -> str:
+    """Text safe in a header: one line, ASCII (upstream error messages are quoted in it)."""
+    return " ".join(text.split()).encode("ascii", "replace").decode("ascii")
+
+
+def trimmed_header(trimmed: Trimmed) -> str:
+    header = f"tokens={trimmed.trimmed_tokens}; strategy={trimmed.strategy}"
+    if trimmed.strategy == "turns":
+        header += f"; messages_dropped={trimmed.messages_dropped}"
+    return header
 
 
 def _new_id(kind: Kind) -> str:
@@ -60,7 +128,7 @@ async def collect_body(gen: Generation, kind: Kind, requested_model: str) -> dic
         "model": requested_model,
         "choices": [_choice(kind, "".join(parts), finish, chunk=False)],
         "usage": _usage(gen, produced),
-        "zest": gen.extension(),
+        "zest": zest_extension(gen),
     }
 
 
@@ -99,7 +167,7 @@ async def sse_events(
                 yield chunk([_choice(kind, delta.text, None, chunk=True)])
             if delta.finish_reason is not None:
                 yield chunk(
-                    [_choice(kind, "", delta.finish_reason, chunk=True)], zest=gen.extension()
+                    [_choice(kind, "", delta.finish_reason, chunk=True)], zest=zest_extension(gen)
                 )
                 if include_usage:
                     yield chunk([], usage=_usage(gen, delta.completion_tokens))
@@ -107,8 +175,8 @@ async def sse_events(
     except RequestError as exc:
         log.warning("stream for task %s failed after it began: %s", gen.plan.task, exc)
         yield _event(exc.to_body())
-    except Exception as exc:
+    except Exception:
         log.exception("stream for task %s failed after it began", gen.plan.task)
-        yield _event(EngineError(f"generation failed mid-stream: {type(exc).__name__}").to_body())
+        yield _event(EngineError("generation failed mid-stream: see the server log").to_body())
     finally:
         await gen.aclose()

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from litestar.config.cors import CORSConfig
 
-from gateway._auth import AccessPolicy, AuthGuard
-from gateway._settings import Settings
+from zest.gateway.http._auth import AccessPolicy, AuthGuard
+from zest.gateway.serving import Settings
 
 __all__ = ["EXPOSED_HEADERS", "HttpSecurity", "body_too_large_message", "cors_config"]
 

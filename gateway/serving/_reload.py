@@ -19,8 +19,9 @@ from typing import Any, Literal
 
 import watchfiles
 
-from gateway._runtime import Runtime
-from router import ConfigError, load_routes
+from zest.errors import ConfigError
+from zest.gateway.serving._runtime import Runtime
+from zest.router import load_routes
 
 __all__ = ["ReloadOutcome", "Reloader"]
 

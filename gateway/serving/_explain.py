@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engines import Inventory, engine_class
-from router import (
+from zest.engines import Inventory, engine_class
+from zest.errors import DeviceUnavailableError
+from zest.router import (
     STRICT_REASON,
     Device,
-    DeviceUnavailableError,
     ModelTraits,
     Placement,
     Plan,

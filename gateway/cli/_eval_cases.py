@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from router import ZestError
+from zest.errors import EvalFileError
 
 __all__ = [
     "Case",
@@ -39,14 +39,6 @@ __all__ = [
 ]
 
 _ANSWER_SHOWN = 200  # characters of a failing answer shown
-
-
-class EvalFileError(ZestError):
-    """The eval file is unusable; `problems` has one line per problem, each naming its line."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(problems))
 
 
 @dataclass(frozen=True)

@@ -11,23 +11,19 @@ scrape time by `RuntimeCollector`.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from litestar.exceptions import HTTPException
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from engines import Delta, EngineInfo, StageStats
-from gateway._runtime import Runtime
-from router import RequestError
-
-if TYPE_CHECKING:
-    from gateway._service import Generation
+from zest.engines import Delta, EngineInfo, StageStats
+from zest.errors import ClientDisconnectedError, RequestError
+from zest.gateway.serving import Generation, RequestEvents, Runtime
 
 __all__ = ["CONTENT_TYPE", "Metrics", "RequestRecord", "loaded_engines", "outcome_of"]
 
@@ -40,7 +36,6 @@ STAGE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 MAX_TOKEN_TIMES = 1024  # /stats' decode_token_times keeps the first this many gaps
 UNKNOWN = "unknown"  # a task name routes.yaml does not know (or a body without one)
 NONE = "none"  # no attempt was made (the request failed before its plan ran)
-_WORD_BOUNDARY = re.compile(r"(?<!^)(?=[A-Z])")
 
 
 def loaded_engines(runtime: Runtime) -> list[tuple[EngineInfo, int]]:
@@ -50,30 +45,19 @@ def loaded_engines(runtime: Runtime) -> list[tuple[EngineInfo, int]]:
 
 
 def outcome_of(error: BaseException, *, after_first_token: bool = False) -> str:
-    """A request's outcome label for the error that ended it: its code (device_unavailable,
-    total_timeout…), else its class (bad_request, client_disconnected…), or http_STATUS for
-    Litestar's own (a body over the size limit: http_413); a foreign exception is an
-    internal_error before the first token and a stream_error after it."""
+    """A request's outcome label for the error that ended it: the error's own label (its code,
+    else its class's declared outcome), http_STATUS for Litestar's own (a body over the size
+    limit: http_413); a foreign exception, or an error without a code after the first token,
+    is an internal_error before the first token and a stream_error after it."""
     if isinstance(error, asyncio.CancelledError):
-        return "client_disconnected"
+        return ClientDisconnectedError.outcome
     if isinstance(error, HTTPException):
         return f"http_{error.status_code}"
     if isinstance(error, RequestError):
-        if error.code:
-            return error.code
-        if after_first_token:
+        if error.code is None and after_first_token:
             return "stream_error"
-        return _class_outcome(type(error).__name__)
+        return error.outcome_label
     return "stream_error" if after_first_token else "internal_error"
-
-
-def _class_outcome(name: str) -> str:
-    """BadRequestError -> bad_request, ClientDisconnectedError -> client_disconnected; a
-    one-word name keeps its suffix: EngineError -> engine_error."""
-    words = _WORD_BOUNDARY.sub("_", name).lower().split("_")
-    if len(words) > 2 and words[-1] == "error":
-        words.pop()
-    return "_".join(words)
 
 
 class Metrics:
@@ -136,7 +120,7 @@ class Metrics:
         """A record for a request arriving now; `task` when the path already names it."""
         record = RequestRecord(self)
         if task is not None:
-            record.name_task(task)
+            record.task_named(task)
         return record
 
     def task_label(self, name: str) -> str:
@@ -200,8 +184,9 @@ class LastRequest:
         }
 
 
-class RequestRecord:
-    """One request from its arrival to its end; publishes to `metrics` once, when it ends.
+class RequestRecord(RequestEvents):
+    """Observes one request from its arrival to its end; publishes to `metrics` once, when it
+    ends.
 
     Without metrics (a generation started outside the app) it only keeps the figures. A plain
     class, not a dataclass: Litestar would resolve a dataclass's annotations (Generation).
@@ -220,7 +205,7 @@ class RequestRecord:
         self.completion_tokens: int | None = None
         self._first_at = self._last_text_at = self._last_at = 0.0
 
-    def name_task(self, name: str) -> None:
+    def task_named(self, name: str) -> None:
         """Label the record with the requested task, unless it already has one (the path's)."""
         if self.task is None:
             self.task = self.metrics.task_label(name) if self.metrics else name
@@ -251,10 +236,10 @@ class RequestRecord:
             self.completion_tokens = delta.completion_tokens
             self.finish("ok")
 
-    def fail(self, error: BaseException) -> None:
+    def failed(self, error: BaseException) -> None:
         self.finish(outcome_of(error, after_first_token=self.gen is not None))
 
-    def close(self) -> None:
+    def closed(self) -> None:
         """The response is closed: a request that has not ended yet lost its client."""
         self.finish("client_disconnected")
 

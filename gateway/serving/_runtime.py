@@ -13,21 +13,28 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engines import Engine, Inventory, Message, create_engine
-from engines._pool import EnginePool, EngineSpec, Lease, ModelPolicy
-from gateway._explain import plan_for
-from gateway._tokens import counter_for
-from policies import approximate_tokens
-from router import (
+from zest.engines import (
+    Engine,
+    EnginePool,
+    EngineSpec,
+    Inventory,
+    Lease,
+    Message,
+    ModelPolicy,
+    create_engine,
+)
+from zest.errors import RequestError, ServiceUnavailableError
+from zest.gateway.serving._explain import plan_for
+from zest.gateway.serving._tokens import counter_for
+from zest.policies import approximate_tokens
+from zest.router import (
     REMOTE_ENGINE,
     Device,
     LoadedRoutes,
     Placement,
     Plan,
     RemoteModel,
-    RequestError,
     RouteConfig,
-    ServiceUnavailableError,
 )
 
 __all__ = ["PreloadTarget", "Runtime"]

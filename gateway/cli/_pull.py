@@ -21,9 +21,9 @@ from urllib.request import url2pathname
 
 import httpx
 
-from engines._sources import hf_hub_cache_dir, zest_cache_dir
-from gateway._progress import Progress
-from router import ZestError
+from zest.engines import hf_hub_cache_dir, zest_cache_dir
+from zest.errors import PullError
+from zest.gateway.cli._progress import Progress
 
 __all__ = ["PullError", "Pulled", "pull"]
 
@@ -32,10 +32,6 @@ _CHUNK = 1 << 20
 _CACHE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HF_SOURCE = re.compile(r"^hf:([A-Za-z0-9._-]+)/([A-Za-z0-9._-]+)/(.+)$")
 _OFFLINE_HINT = "or pull from a local file: zest models pull ./model.gguf --name NAME"
-
-
-class PullError(ZestError):
-    """The model could not be pulled; the message says what to do."""
 
 
 @dataclass(frozen=True)

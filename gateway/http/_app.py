@@ -14,40 +14,40 @@ from litestar import Litestar, Request, Response, Router, get, post
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
-from gateway._body import parse_body
-from gateway._explain import describe_inventory, explain_task
-from gateway._metrics import Metrics, RequestRecord
-from gateway._metrics_api import (
+from zest.errors import BadRequestError, ClientDisconnectedError, RequestError, error_body
+from zest.gateway.http._body import parse_body
+from zest.gateway.http._metrics import Metrics, RequestRecord
+from zest.gateway.http._metrics_routes import (
     last_stats,
     prometheus_metrics,
     provide_record,
     record_failure,
 )
-from gateway._ops import OPS_HANDLERS, describe_loaded
-from gateway._reload import Reloader
-from gateway._responses import collect_body, sse_events
-from gateway._runtime import Runtime
-from gateway._schemas import (
+from zest.gateway.http._ops import OPS_HANDLERS, describe_loaded
+from zest.gateway.http._responses import collect_body, header_value, route_headers, sse_events
+from zest.gateway.http._security import HttpSecurity, body_too_large_message
+from zest.gateway.serving import (
     ChatMessage,
     ChatRequest,
     CompletionRequest,
+    Generation,
+    Reloader,
+    Runtime,
     SamplingFields,
+    Settings,
     TaskRequest,
+    build_prompt,
+    describe_inventory,
+    explain_task,
+    start_generation,
 )
-from gateway._security import HttpSecurity, body_too_large_message
-from gateway._service import Generation, build_prompt, start_generation
-from gateway._settings import Settings
-from router import REMOTE_DEVICE, REMOTE_ENGINE, BadRequestError, RequestError, find_route
+from zest.router import REMOTE_DEVICE, REMOTE_ENGINE, find_route
 
 __all__ = ["create_app"]
 
 log = logging.getLogger("zest.gateway")
 T = TypeVar("T")
 Kind = Literal["chat", "completion"]
-
-
-class ClientDisconnectedError(RequestError):
-    status_code = 499  # nobody reads it: the client is gone; it names the outcome in the log
 
 
 async def _respond(
@@ -62,19 +62,19 @@ async def _respond(
 ) -> Response[Any]:
     request_id = "req_" + secrets.token_hex(8)
     gen = await start_generation(
-        runtime, name, kind=kind, body=body, request_id=request_id, record=record, **inputs
+        runtime, name, kind=kind, body=body, request_id=request_id, events=record, **inputs
     )
     if body.stream:
-        headers = {**gen.headers(), "x-request-id": request_id}
+        headers = {**route_headers(gen), "x-request-id": request_id}
         return _stream_response(gen, kind, name, body.include_usage(), headers)
     try:
         payload = await _unless_disconnected(request, collect_body(gen, kind, name))
     except RequestError as exc:  # after the first token (a total timeout): say what served it
-        exc.headers = {**gen.headers(), **exc.headers, "x-request-id": request_id}
+        exc.headers = {**route_headers(gen), **exc.headers, "x-request-id": request_id}
         raise
     finally:
         await gen.aclose()
-    return Response(payload, headers={**gen.headers(), "x-request-id": request_id})
+    return Response(payload, headers={**route_headers(gen), "x-request-id": request_id})
 
 
 async def _unless_disconnected(request: Request[Any, Any, Any], work: Awaitable[T]) -> T:
@@ -241,7 +241,10 @@ async def health(runtime: Runtime) -> dict[str, Any]:
 
 def _request_error(request: Request[Any, Any, Any], exc: RequestError) -> Response[Any]:
     record_failure(request, exc)
-    return Response(exc.to_body(), status_code=exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers)
+    if exc.tried:  # the answer lists every attempt the request tried
+        headers["x-zest-fallbacks"] = header_value(" | ".join(exc.tried))
+    return Response(exc.to_body(), status_code=exc.status_code, headers=headers)
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
@@ -254,23 +257,14 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
         message = f"method {request.method} is not allowed on {request.url.path}"
     elif status == 413:
         message = body_too_large_message(request.route_handler.resolve_request_max_body_size())
-    body = {
-        "error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}
-    }
+    body = error_body(message, type="invalid_request_error")
     return Response(body, status_code=status, headers=exc.headers)
 
 
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unhandled error", exc_info=exc)
     record_failure(request, exc)
-    body = {
-        "error": {
-            "message": f"internal error: {type(exc).__name__}; see the server log",
-            "type": "server_error",
-            "param": None,
-            "code": None,
-        }
-    }
+    body = error_body("internal error: see the server log", type="server_error")
     return Response(body, status_code=500)
 
 

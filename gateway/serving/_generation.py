@@ -14,15 +14,16 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from engines import Delta, Engine, EngineInfo, GenerationJob, Message, StageStats
-from gateway._metrics import RequestRecord
-from gateway._runtime import Runtime
-from gateway._schemas import ChatMessage, SamplingFields
-from gateway._timeouts import Deadline, first_delta, next_delta
-from gateway._tokens import Tokens
-from policies import (
+from zest.engines import Delta, Engine, EngineInfo, GenerationJob, Message, StageStats
+from zest.errors import BadRequestError, RequestError
+from zest.gateway.serving._events import RequestEvents
+from zest.gateway.serving._requests import ChatMessage, SamplingFields
+from zest.gateway.serving._runtime import Runtime
+from zest.gateway.serving._timeouts import Deadline, first_delta, next_delta
+from zest.gateway.serving._tokens import Tokens
+from zest.policies import (
     Budget,
     Fitted,
     Trimmed,
@@ -33,15 +34,7 @@ from policies import (
     plan_budget,
     prompt_limit,
 )
-from router import (
-    Attempt,
-    BadRequestError,
-    LoadedRoutes,
-    Plan,
-    RequestError,
-    RouteConfig,
-    find_route,
-)
+from zest.router import Attempt, LoadedRoutes, Plan, RouteConfig, find_route
 
 __all__ = ["Generation", "build_prompt", "start_generation"]
 
@@ -65,8 +58,8 @@ class Generation:
     deadline: Deadline | None = None
     # The prompt's size as the engine itself reported it (a remote upstream's usage).
     reported_prompt_tokens: int | None = None
-    # Follows the request for the metrics: first token, each delta, how it ended.
-    record: RequestRecord = field(default_factory=RequestRecord)
+    # Told what happens to the request: first token, each delta, how it ended.
+    events: RequestEvents = field(default_factory=RequestEvents)
 
     @property
     def approximate(self) -> bool:
@@ -77,88 +70,25 @@ class Generation:
     def prompt_tokens(self) -> int:
         return self.reported_prompt_tokens or self.budget.prompt_tokens
 
-    def headers(self) -> dict[str, str]:
-        headers = {
-            "x-zest-route": f"task={self.plan.task}; model={self.info.model}; "
-            f"device={self.info.device}; engine={self.info.engine}",
-            "x-zest-plan": self.attempt.reason,
-        }
-        if self.fallbacks:
-            headers["x-zest-fallbacks"] = header_value(" | ".join(self.fallbacks))
-        if self.trimmed is not None:
-            headers["x-zest-trimmed"] = trimmed_header(self.trimmed)
-        stats = self.final_stats or self.first.stats
-        if stats is not None:
-            headers["x-zest-pipeline"] = pipeline_header(stats)
-        return headers
-
-    def extension(self) -> dict[str, Any]:
-        """The `zest` object of a response: what served the request and what was applied."""
-        info: dict[str, Any] = {
-            "task": self.plan.task,
-            "model": self.info.model,
-            "device": self.info.device,
-            "engine": self.info.engine,
-            "reason": self.attempt.reason,
-            "max_tokens": self.budget.max_tokens,
-        }
-        if self.budget.clamped_from is not None:
-            info["max_tokens_clamped_from"] = self.budget.clamped_from
-        if self.fallbacks:
-            info["fallbacks"] = self.fallbacks
-        if self.trimmed is not None:
-            info["trimmed"] = {
-                "tokens": self.trimmed.trimmed_tokens,
-                "strategy": self.trimmed.strategy,
-                "messages_dropped": self.trimmed.messages_dropped,
-                "prompt_tokens_before": self.trimmed.tokens_before,
-            }
-        if self.approximate:
-            info["approximate_tokens"] = True
-        return info
-
     async def deltas(self) -> AsyncIterator[Delta]:
         delta: Delta | None = self.first
         while delta is not None:
             if delta.finish_reason is not None:
                 self.final_stats = delta.stats or self.final_stats
                 self.reported_prompt_tokens = delta.prompt_tokens
-            self.record.delta(delta)
+            self.events.delta(delta)
             yield delta
             if delta.finish_reason is not None:
                 return
             try:
                 delta = await next_delta(self.rest, self.deadline)
             except Exception as exc:
-                self.record.fail(exc)
+                self.events.failed(exc)
                 raise
 
     async def aclose(self) -> None:
-        self.record.close()
+        self.events.closed()
         await self.rest.aclose()  # type: ignore[attr-defined]
-
-
-def pipeline_header(stats: StageStats) -> str:
-    figures = stats.as_dict()
-    parts = [f"prefill={stats.prefill_device} {figures['prefill_ms']}ms"]
-    if stats.handoff_bytes is not None:
-        parts.append(f"handoff={figures['handoff_ms']}ms {stats.handoff_bytes}B")
-    decode = f"decode={stats.decode_device}"
-    if figures["decode_tokens_per_s"] is not None:
-        decode += f" {figures['decode_tokens_per_s']}tok/s"
-    return "; ".join([*parts, decode])
-
-
-def header_value(text: str) -> str:
-    """Text safe in a header: one line, ASCII (upstream error messages are quoted in it)."""
-    return " ".join(text.split()).encode("ascii", "replace").decode("ascii")
-
-
-def trimmed_header(trimmed: Trimmed) -> str:
-    header = f"tokens={trimmed.trimmed_tokens}; strategy={trimmed.strategy}"
-    if trimmed.strategy == "turns":
-        header += f"; messages_dropped={trimmed.messages_dropped}"
-    return header
 
 
 async def start_generation(
@@ -170,16 +100,17 @@ async def start_generation(
     request_id: str,
     messages: list[ChatMessage] | None = None,
     prompt: str | None = None,
-    record: RequestRecord | None = None,
+    events: RequestEvents | None = None,
 ) -> Generation:
+    events = events or RequestEvents()
+    events.task_named(name)
     routes = runtime.routes  # this request's table, to its end, whatever a reload does
     route = find_route(name, kind, routes.config)
     chat = build_prompt(route, kind, messages, prompt)
     deadline = Deadline.start(name, route.timeouts)
     counted = await runtime.count_prompt(routes, route.model, kind, chat)
     plan = runtime.plan(routes, name, route, prompt_tokens=counted)
-    record = record or RequestRecord()
-    return await _Walk(runtime, routes, plan, kind, chat, body, request_id, deadline, record).run()
+    return await _Walk(runtime, routes, plan, kind, chat, body, request_id, deadline, events).run()
 
 
 def build_prompt(
@@ -212,7 +143,7 @@ class _Walk:
     body: SamplingFields
     request_id: str
     deadline: Deadline
-    record: RequestRecord
+    events: RequestEvents
     fallbacks: list[str] = field(default_factory=list)
     loading: bool = False
 
@@ -220,14 +151,14 @@ class _Walk:
         attempts = self.plan.attempts
         for index, attempt in enumerate(attempts):
             self.fallbacks += attempt.skipped
-            self.record.attempt(attempt.model, attempt.device)
+            self.events.attempt(attempt.model, attempt.device)
             try:
                 gen = await self._try(attempt)
             except RequestError as error:
                 self._give_up_or_log(attempt, error, last=index + 1 == len(attempts))
                 continue
-            gen.fallbacks, gen.record = self.fallbacks, self.record
-            self.record.first_token(gen)
+            gen.fallbacks, gen.events = self.fallbacks, self.events
+            self.events.first_token(gen)
             return gen
         raise AssertionError("a plan always has at least one attempt")
 
@@ -237,9 +168,7 @@ class _Walk:
         line = f"{attempt.model} on {attempt.device}: {kind or 'error'}: {error.message}"
         if last or not may_advance(kind, self.plan.route):
             if self.fallbacks:  # the error answer lists every attempt tried, this one too
-                error.headers["x-zest-fallbacks"] = header_value(
-                    " | ".join([*self.fallbacks, line])
-                )
+                error.tried = [*self.fallbacks, line]
             raise error
         log.warning(
             "%s task=%s: %s on %s failed before the first token (%s), trying the next attempt",
@@ -250,7 +179,7 @@ class _Walk:
             kind,
         )
         self.fallbacks.append(line)
-        self.record.fell_back(kind or "error")
+        self.events.fell_back(kind or "error")
 
     async def _try(self, attempt: Attempt) -> Generation:
         self.deadline.check()

@@ -1,45 +1,73 @@
-"""The one exception tree of zest.
+"""The one exception tree of zest: every error zest raises on purpose, in this leaf module.
 
     ZestError
     ├── ConfigError                 routes.yaml is invalid (file, key path, fix for each problem)
-    └── RequestError                carries an HTTP status and an OpenAI error type/code
+    ├── CommandError                a CLI command cannot go on (the message says what to do)
+    │   ├── PullError               `zest models pull` could not fetch the model
+    │   ├── EvalFileError           an eval file is unusable (one problem per line)
+    │   └── ConversionError         `python -m zest.engines.convert` failed at a step
+    └── RequestError                answered to a client: HTTP status, OpenAI type/code, outcome
         ├── BadRequestError         400 invalid_request_error
         │   └── ContextLengthExceededError   400 code=context_length_exceeded
         ├── AuthenticationError     401 code=invalid_api_key (WWW-Authenticate: Bearer)
         ├── PermissionDeniedError   403 permission_error: an admin route without the admin key
         ├── UnknownTaskError        404 code=model_not_found
+        ├── ModelBusyError          409 code=model_busy: unloading a model that serves requests
+        ├── ClientDisconnectedError 499 the client went away (nobody reads it; names the outcome)
         ├── UpstreamRejectedError   502 code=upstream_rejected (the upstream refused: auth, 404)
         ├── GatewayTimeoutError     504 code=first_token_timeout | total_timeout
         └── ServiceUnavailableError 503 (model not loaded, engine not installed)
             ├── DeviceUnavailableError  no allowed device can serve the route
+            ├── ModelFileMissingError   code=model_not_available: the model's file is not here
             ├── OverloadedError     429 code=overloaded: a model's queue is full (Retry-After),
             │                       or the upstream kept answering 429/503
             ├── PrivacyError        code=privacy_forbidden: a remote engine refused the request
-            └── EngineError         an engine failed while generating (foreign errors chained)
+            └── EngineError         500 an engine failed while generating (foreign errors chained)
 
-Engines translate foreign exceptions at their boundary (`raise EngineError(...) from exc`).
-Which of these move a request on to its next attempt is policies._fallback's business.
+Each RequestError class declares its HTTP status, OpenAI `type` and its metrics `outcome`
+label explicitly (a request's outcome is its `code` when it has one, else the class's
+`outcome`): renaming a class changes no dashboard. `error_body` is the one place an OpenAI
+error body is built. Engines translate foreign exceptions at their boundary
+(`raise EngineError(...) from exc`); which errors move a request on to its next attempt is
+zest.policies' business.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AuthenticationError",
     "BadRequestError",
+    "ClientDisconnectedError",
+    "CommandError",
     "ConfigError",
     "ContextLengthExceededError",
+    "ConversionError",
     "DeviceUnavailableError",
     "EngineError",
+    "EvalFileError",
     "GatewayTimeoutError",
+    "ModelBusyError",
+    "ModelFileMissingError",
     "OverloadedError",
     "PermissionDeniedError",
     "PrivacyError",
+    "PullError",
     "RequestError",
     "ServiceUnavailableError",
     "UnknownTaskError",
     "UpstreamRejectedError",
     "ZestError",
+    "error_body",
 ]
+
+
+def error_body(
+    message: str, *, type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """An OpenAI error body: {"error": {"message", "type", "param", "code"}}."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
 class ZestError(Exception):
@@ -54,33 +82,55 @@ class ConfigError(ZestError):
         super().__init__("\n".join(problems))
 
 
+class CommandError(ZestError):
+    """A command-line command cannot go on; the message says what to do."""
+
+
+class PullError(CommandError):
+    """The model could not be pulled; the message says what to do."""
+
+
+class EvalFileError(CommandError):
+    """The eval file is unusable; `problems` has one line per problem, each naming its line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class ConversionError(CommandError):
+    """A step of the model conversion failed; the message says which and what to do."""
+
+
 class RequestError(ZestError):
     """An error answered to a client, with its HTTP status and OpenAI error fields."""
 
     status_code = 400
     error_type = "invalid_request_error"
+    # The metrics `outcome` label when the instance has no code (else the code is the label).
+    outcome = "request_error"
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code
-        # Response headers an error answer carries too (e.g. the fallbacks tried before it).
+        # Response headers an error answer carries too (Retry-After, WWW-Authenticate).
         self.headers: dict[str, str] = {}
+        # The attempts a request tried before it gave up with this error (x-zest-fallbacks).
+        self.tried: list[str] = []
 
-    def to_body(self) -> dict[str, dict[str, str | None]]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.error_type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
+    @property
+    def outcome_label(self) -> str:
+        return self.code or self.outcome
+
+    def to_body(self) -> dict[str, Any]:
+        return error_body(self.message, type=self.error_type, param=self.param, code=self.code)
 
 
 class BadRequestError(RequestError):
     status_code = 400
+    outcome = "bad_request"
 
 
 class ContextLengthExceededError(BadRequestError):
@@ -92,6 +142,7 @@ class AuthenticationError(RequestError):
     """No API key, or one the server does not know (OpenAI answers its 401s the same way)."""
 
     status_code = 401
+    outcome = "authentication"
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="invalid_api_key")
@@ -103,6 +154,7 @@ class PermissionDeniedError(RequestError):
 
     status_code = 403
     error_type = "permission_error"
+    outcome = "permission_denied"
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="admin_key_required")
@@ -110,14 +162,28 @@ class PermissionDeniedError(RequestError):
 
 class UnknownTaskError(RequestError):
     status_code = 404
+    outcome = "unknown_task"
 
     def __init__(self, message: str) -> None:
         super().__init__(message, param="model", code="model_not_found")
 
 
+class ModelBusyError(RequestError):
+    """An unload asked of a model that is serving requests."""
+
+    status_code = 409
+    outcome = "model_busy"
+
+
+class ClientDisconnectedError(RequestError):
+    status_code = 499  # nobody reads it: the client is gone; it names the outcome in the log
+    outcome = "client_disconnected"
+
+
 class ServiceUnavailableError(RequestError):
     status_code = 503
     error_type = "service_unavailable"
+    outcome = "service_unavailable"
 
 
 class DeviceUnavailableError(ServiceUnavailableError):
@@ -128,9 +194,17 @@ class DeviceUnavailableError(ServiceUnavailableError):
         self.removed = removed
 
 
+class ModelFileMissingError(ServiceUnavailableError):
+    """The model's file is not on this machine."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="model_not_available")
+
+
 class EngineError(ServiceUnavailableError):
     status_code = 500
     error_type = "engine_error"
+    outcome = "engine_error"
 
 
 class UpstreamRejectedError(RequestError):
@@ -138,6 +212,7 @@ class UpstreamRejectedError(RequestError):
 
     status_code = 502
     error_type = "upstream_error"
+    outcome = "upstream_rejected"
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="upstream_rejected")
@@ -146,6 +221,7 @@ class UpstreamRejectedError(RequestError):
 class GatewayTimeoutError(RequestError):
     status_code = 504
     error_type = "timeout"
+    outcome = "timeout"
 
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message, code=code)
@@ -159,6 +235,7 @@ class OverloadedError(ServiceUnavailableError):
 
     status_code = 429
     error_type = "rate_limit_error"
+    outcome = "overloaded"
 
     def __init__(self, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message, code="overloaded")
@@ -168,5 +245,7 @@ class OverloadedError(ServiceUnavailableError):
 
 
 class PrivacyError(ServiceUnavailableError):
+    outcome = "privacy_forbidden"
+
     def __init__(self, message: str) -> None:
         super().__init__(message, code="privacy_forbidden")

@@ -1,5 +1,6 @@
 """GET /metrics (Prometheus text) and GET /v1/stats (the last request, Lemonade's fields), and
-the per-request record that the generation endpoints and the error handlers share."""
+the per-request record: the observer a generation endpoint hands to the request path, which the
+error handlers end when an error answers the request."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from typing import Any
 
 from litestar import Request, Response, get
 
-from gateway._metrics import CONTENT_TYPE, Metrics, RequestRecord
+from zest.gateway.http._body import REQUESTED_TASK
+from zest.gateway.http._metrics import CONTENT_TYPE, Metrics, RequestRecord
 
-__all__ = ["last_stats", "name_task", "prometheus_metrics", "provide_record", "record_failure"]
+__all__ = ["last_stats", "prometheus_metrics", "provide_record", "record_failure"]
 
 # Where a generation request keeps its record: the error handlers find it there.
 _RECORD = "zest_record"
@@ -33,16 +35,11 @@ async def provide_record(request: Request[Any, Any, Any], metrics: Metrics) -> R
     return record
 
 
-def name_task(request: Request[Any, Any, Any], name: object) -> None:
-    """Label the request's record with the task its body names (kept even if the body is
-    invalid, so that a 400 counts against its task)."""
-    record = request.state.get(_RECORD)
-    if isinstance(record, RequestRecord) and isinstance(name, str):
-        record.name_task(name)
-
-
 def record_failure(request: Request[Any, Any, Any], error: BaseException) -> None:
     """An error answered instead of a generation: it ends the request's record."""
     record = request.state.get(_RECORD)
     if isinstance(record, RequestRecord):
-        record.fail(error)
+        named = request.state.get(REQUESTED_TASK)
+        if isinstance(named, str):  # a 400 counts against the task its body named
+            record.task_named(named)
+        record.failed(error)

@@ -21,8 +21,8 @@ from typing import Any
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 
-from gateway._settings import Settings
-from router import AuthenticationError, ConfigError, PermissionDeniedError
+from zest.errors import AuthenticationError, ConfigError, PermissionDeniedError
+from zest.gateway.serving import Settings
 
 __all__ = [
     "PUBLIC_PATHS",

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from engines import Engine
-from policies import Counter, approximate_tokens
+from zest.engines import Engine
+from zest.policies import Counter, approximate_tokens
 
 __all__ = ["Tokens", "counter_for"]
 

@@ -1,0 +1,70 @@
+"""What serves a request apart from HTTP: the runtime (routes in force, inventory, engine
+pool), a request's walk through its plan, explain, hot reload, timeouts and settings."""
+
+from zest.gateway.serving._events import RequestEvents
+from zest.gateway.serving._explain import (
+    describe_inventory,
+    explain_task,
+    format_explanation,
+    plan_for,
+)
+from zest.gateway.serving._generation import (
+    Generation,
+    build_prompt,
+    start_generation,
+)
+from zest.gateway.serving._reload import (
+    Reloader,
+    ReloadOutcome,
+)
+from zest.gateway.serving._requests import (
+    ChatMessage,
+    ChatRequest,
+    CompletionRequest,
+    SamplingFields,
+    StreamOptions,
+    TaskRequest,
+)
+from zest.gateway.serving._runtime import (
+    PreloadTarget,
+    Runtime,
+)
+from zest.gateway.serving._settings import (
+    Settings,
+)
+from zest.gateway.serving._timeouts import (
+    Deadline,
+    first_delta,
+    next_delta,
+)
+from zest.gateway.serving._tokens import (
+    Tokens,
+    counter_for,
+)
+
+__all__ = [
+    "ChatMessage",
+    "ChatRequest",
+    "CompletionRequest",
+    "Deadline",
+    "Generation",
+    "PreloadTarget",
+    "ReloadOutcome",
+    "Reloader",
+    "RequestEvents",
+    "Runtime",
+    "SamplingFields",
+    "Settings",
+    "StreamOptions",
+    "TaskRequest",
+    "Tokens",
+    "build_prompt",
+    "counter_for",
+    "describe_inventory",
+    "explain_task",
+    "first_delta",
+    "format_explanation",
+    "next_delta",
+    "plan_for",
+    "start_generation",
+]

@@ -1,0 +1,41 @@
+"""The events of one generation request, as the request path emits them.
+
+The request path calls these methods and knows nothing of who listens: the metrics
+(`zest.gateway.http`'s RequestRecord) are one observer; the default observer does nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zest.engines import Delta
+
+if TYPE_CHECKING:
+    from zest.gateway.serving._generation import Generation
+
+__all__ = ["RequestEvents"]
+
+
+class RequestEvents:
+    """What happens to one request, from its arrival to its end; every method does nothing."""
+
+    def task_named(self, name: str) -> None:
+        """The request names this task (or model id)."""
+
+    def attempt(self, model: str, device: str) -> None:
+        """An attempt of the plan is being tried."""
+
+    def fell_back(self, kind: str) -> None:
+        """An attempt failed with `kind` (policies.FailureKind) and the request moved on."""
+
+    def first_token(self, gen: Generation) -> None:
+        """The first delta arrived: the generation is what serves the request."""
+
+    def delta(self, delta: Delta) -> None:
+        """A delta was handed to the client; the final one ends the request."""
+
+    def failed(self, error: BaseException) -> None:
+        """An error ended the request (before or after its first token)."""
+
+    def closed(self) -> None:
+        """The response was closed; a request not ended yet lost its client."""

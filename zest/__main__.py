@@ -1,0 +1,7 @@
+"""`python -m zest`: the `zest` command."""
+
+import sys
+
+from zest.gateway.cli import main
+
+sys.exit(main())
