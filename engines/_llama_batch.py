@@ -2,17 +2,15 @@
 
 Each step decodes one token for every sequence that is generating and fills the rest of the
 batch with a chunk of a pending prompt, so a new request starts at once and a long prompt never
-stalls the streams already running. Waiting requests are admitted by route priority, then in
-arrival order; beyond `max_queue` waiting requests, new ones are refused with 429.
+stalls the streams already running. Admission is the shared AdmissionQueue: route priority, then
+arrival; `slots + max_queue` requests in the system, more refused with 429.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,8 +18,7 @@ from zest.engines._base import Delta, GenerationJob, StageStats
 from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
 from zest.engines._prefix_cache import PrefixCache
-from zest.engines._worker import PendingCounter, Task, stream_task
-from zest.errors import OverloadedError
+from zest.engines._worker import PendingCounter, Task, stream_task, task_queue
 
 __all__ = ["BatchScheduler"]
 
@@ -57,12 +54,11 @@ class BatchScheduler:
         new_sampler: Callable[[GenerationJob], Any],
         device: str,
     ) -> None:
-        self._ctx, self._cache, self._max_queue = ctx, cache, max_queue
+        self._ctx, self._cache = ctx, cache
         self._new_output, self._new_sampler, self._device = new_output, new_sampler, device
         self._free = list(range(slots))
         self._active: list[_Slot] = []
-        self._waiting: list[tuple[int, int, Task]] = []  # heap: (-priority, arrival, task)
-        self._arrivals = itertools.count()
+        self._queue = task_queue(slots=slots, max_queue=max_queue)
         self._cond = threading.Condition()
         self._closed = False
         self.pending = PendingCounter()
@@ -70,22 +66,18 @@ class BatchScheduler:
         self._thread.start()
 
     def waiting(self) -> int:
-        return len(self._waiting)
-
-    def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
         with self._cond:
-            if len(self._waiting) >= self._max_queue:
-                raise OverloadedError(
-                    f"the model's queue is full ({self._max_queue} requests waiting): retry "
-                    "shortly, or raise options.max_queue in routes.yaml",
-                    retry_after=1,
-                )
+            return self._queue.waiting
+
+    def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         return stream_task(self._submit, job, self.pending)
 
     def _submit(self, task: Task) -> None:
         with self._cond:
-            entry = (-task.job.priority, next(self._arrivals), task)
-            heapq.heappush(self._waiting, entry)
+            if self._closed:
+                task.send(None)
+                return
+            self._queue.offer(task, task.job.priority)  # refuses with 429 at capacity
             self._cond.notify()
 
     def close(self) -> None:
@@ -105,18 +97,14 @@ class BatchScheduler:
     def _admit(self) -> bool:
         """Move waiting requests into free slots; block while there is nothing to do."""
         with self._cond:
-            while not self._closed and not self._waiting and not self._active:
+            while not self._closed and not self._queue.waiting and not self._active:
                 self._cond.wait()
             if self._closed:
-                for _, _, task in self._waiting:
-                    task.send(None)
+                for waiting in self._queue.drain():
+                    waiting.send(None)
                 return bool(self._active)
             admitted = []
-            while self._waiting and self._free:
-                task = heapq.heappop(self._waiting)[2]
-                if task.job.cancelled.is_set():
-                    task.send(None)
-                    continue
+            while self._free and (task := self._queue.take()) is not None:
                 admitted.append((task, self._free.pop(0)))
         if admitted and not self._active:
             # Nothing is running: drop every retired sequence's cells, so that a lone request
@@ -210,6 +198,7 @@ class BatchScheduler:
         slot.sampler.close()
         with self._cond:
             self._free.append(slot.seq)
+            self._queue.finish(served=error is None)
         if error is not None:
             slot.task.fail(error)
             return

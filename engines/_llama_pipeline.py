@@ -5,6 +5,9 @@ sequence's KV state (`llama_state_seq_get_data`: sequence state, not whole-conte
 logits) and hands it over. The decode thread imports it into a free sequence slot
 (`llama_state_seq_set_data`) and decodes one token per step for every active sequence, so a long
 prompt being prefilled never stalls the streams already decoding.
+
+The prefill thread takes requests from the shared admission queue (priority, then arrival) only
+while a decode slot is free for them: `parallel + max_queue` requests fit, the next gets 429.
 """
 
 from __future__ import annotations
@@ -12,15 +15,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from zest.engines._base import Delta, GenerationJob, StageStats
 from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
-from zest.engines._worker import PendingCounter, Task, stream_task
-from zest.errors import OverloadedError
+from zest.engines._worker import PendingCounter, Task, WaitingRoom, stream_task
 from zest.router import Placement
 
 __all__ = ["HybridPipeline"]
@@ -52,12 +54,12 @@ class HybridPipeline:
         placement: Placement,
         max_queue: int,
     ) -> None:
-        self._max_queue = max_queue
         self._prefill, self._decode = prefill, decode
         self._new_output, self._new_sampler = new_output, new_sampler
         self._devices = (placement.prefill.label, placement.decode.label)
         self.pending = PendingCounter()
-        self._tasks: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        # A request holds its place from prefill until its decode slot is freed.
+        self._room = WaitingRoom(slots=decode.settings.n_seq, max_queue=max_queue)
         self._handoffs: queue.SimpleQueue[_Sequence | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._prefill_loop, name=f"zest-{name}-prefill", daemon=True),
@@ -66,34 +68,31 @@ class HybridPipeline:
         for thread in self._threads:
             thread.start()
 
-    def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
-        if self._tasks.qsize() >= self._max_queue:
-            raise OverloadedError(
-                f"the model's queue is full ({self._max_queue} requests waiting): retry "
-                "shortly, or raise options.max_queue in routes.yaml",
-                retry_after=1,
-            )
-        return stream_task(self._tasks.put, job, self.pending)
+    def waiting(self) -> int:
+        return self._room.waiting()
+
+    def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
+        return stream_task(self._room.submit, job, self.pending)
 
     def close(self) -> None:
-        self._tasks.put(None)
+        self._room.close()
         for thread in self._threads:
             thread.join(timeout=30)
 
     # --- prefill thread ----------------------------------------------------------------------
 
     def _prefill_loop(self) -> None:
-        while (task := self._tasks.get()) is not None:
-            if task.job.cancelled.is_set():
-                task.send(None)
-                continue
+        while (task := self._room.next()) is not None:
             try:
                 seq = self._prefill_one(task)
             except Exception as exc:
                 self._prefill.forget(0)
+                self._room.done(served=False)
                 task.fail(exc)
                 continue
-            if seq is not None:
+            if seq is None:
+                self._room.done()
+            else:
                 self._handoffs.put(seq)
         self._handoffs.put(None)
 
@@ -152,6 +151,7 @@ class HybridPipeline:
             self._decode.forget(slot)
             free.append(slot)
             seq.sampler.close()
+            self._room.done(served=False)
             seq.task.fail(exc)
             return
         handoff_ms = (seq.stats.handoff_ms or 0.0) + _ms(imported)
@@ -172,7 +172,7 @@ class HybridPipeline:
             self._decode.step([(seq.token, seq.pos, slot) for slot, seq in order])
         except Exception as exc:
             for slot, seq in order:
-                self._drop(slot, seq, active, free)
+                self._drop(slot, seq, active, free, served=False)
                 seq.task.fail(exc)
             return
         for index, (slot, seq) in enumerate(order):
@@ -192,12 +192,19 @@ class HybridPipeline:
         seq.task.finish(seq.out.final(stats))
 
     def _drop(
-        self, slot: int, seq: _Sequence, active: dict[int, _Sequence], free: list[int]
+        self,
+        slot: int,
+        seq: _Sequence,
+        active: dict[int, _Sequence],
+        free: list[int],
+        *,
+        served: bool = True,
     ) -> None:
         self._decode.forget(slot)
         seq.sampler.close()
         del active[slot]
         free.append(slot)
+        self._room.done(served=served)
 
 
 def _ms(since: float) -> float:

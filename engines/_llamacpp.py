@@ -12,7 +12,7 @@ import asyncio
 import functools
 import os
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +121,7 @@ class LlamaCppEngine(Engine):
         add_bos = add_special and self._model.add_bos_token()
         return list(self._model.tokenize(text.encode("utf-8"), add_bos, True))
 
-    def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+    def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         if self._runner is None:
             raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
         return self._runner.stream(job)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,9 @@ class OnnxGenaiEngine(Engine):
             ) from exc
         self._eos = frozenset(int(token) for token in self._tokenizer.eos_token_ids)
         self._backend = _backend(og.__version__, providers, split, self.config.options.n_threads)
-        self._worker = GenerationWorker(self.model_id, self._generate)
+        self._worker = GenerationWorker(
+            self.model_id, self._generate, max_queue=self.config.options.max_queue
+        )
         return self.info()
 
     def info(self) -> EngineInfo:
@@ -112,7 +114,7 @@ class OnnxGenaiEngine(Engine):
         tokenizer = self._tokenizer if add_special else self._plain_tokenizer
         return [int(token) for token in tokenizer.encode(text)]
 
-    def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+    def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         if self._worker is None:
             raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
         return self._worker.stream(job)

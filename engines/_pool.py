@@ -21,7 +21,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -114,14 +114,17 @@ class Lease:
             self._entry.leases -= 1
             self._entry.last_used = self._pool.clock()
 
-    async def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
-        """The engine's stream; the lease is released when it ends or is closed."""
-        inner = self._entry.engine.stream(job)
+    async def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
+        """The engine's stream; the lease is released when it ends, fails, is closed, or is
+        refused at admission (a 429 holds nothing)."""
         try:
-            async for delta in inner:
-                yield delta
+            inner = self._entry.engine.stream(job)
+            try:
+                async for delta in inner:
+                    yield delta
+            finally:
+                await inner.aclose()
         finally:
-            await inner.aclose()  # type: ignore[attr-defined]
             self.release()
 
     async def __aenter__(self) -> Lease:

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +108,7 @@ class RemoteEngine(Engine):
     def tokenize(self, text: str, *, add_special: bool) -> list[int]:
         raise EngineError(f"model {self.model_id!r} is remote: it has no local tokenizer")
 
-    def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+    def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         return self._stream(job)
 
     def pending(self) -> int:
@@ -121,7 +121,7 @@ class RemoteEngine(Engine):
 
     # --- one request -------------------------------------------------------------------------
 
-    async def _stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+    async def _stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         self._refuse_if_strict()
         if job.privacy != "allow_remote":
             raise PrivacyError(

@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
 
+from zest.engines._admission import AdmissionQueue
 from zest.engines._base import Delta, GenerationJob
 from zest.errors import EngineError, ZestError
 
-__all__ = ["GenerationWorker", "Task", "as_engine_error", "log_finished", "stream_task"]
+__all__ = [
+    "GenerationWorker",
+    "Task",
+    "WaitingRoom",
+    "as_engine_error",
+    "log_finished",
+    "stream_task",
+    "task_queue",
+]
 
 log = logging.getLogger("zest.engines")
 Generate = Callable[[GenerationJob], Iterator[Delta]]
@@ -59,10 +67,12 @@ class PendingCounter:
 
 async def stream_task(
     submit: Callable[[Task], None], job: GenerationJob, pending: PendingCounter
-) -> AsyncIterator[Delta]:
+) -> AsyncGenerator[Delta, None]:
+    """Submit `job` and yield its deltas. A refused submission (429) raises before anything is
+    held; closing the generator cancels the job."""
     results: asyncio.Queue[_Item] = asyncio.Queue()
-    pending.value += 1
     submit(Task(job, asyncio.get_running_loop(), results))
+    pending.value += 1
     try:
         while (item := await results.get()) is not None:
             if isinstance(item, BaseException):
@@ -94,29 +104,88 @@ def log_finished(job: GenerationJob, delta: Delta, seconds: float) -> None:
     )
 
 
+def task_queue(*, slots: int, max_queue: int) -> AdmissionQueue[Task]:
+    """The admission queue of a runner: a task cancelled while waiting leaves it at once, its
+    stream ended without output."""
+    return AdmissionQueue(
+        slots=slots,
+        max_queue=max_queue,
+        abandoned=lambda task: task.job.cancelled.is_set(),
+        drop=lambda task: task.send(None),
+    )
+
+
+class WaitingRoom:
+    """The admission queue behind a lock, for runner threads that block until a task may run.
+
+    `submit` refuses with 429 when the model is at capacity; `next` hands out the next task
+    once a slot is free (priority, then arrival); `done` frees the slot.
+    """
+
+    def __init__(self, *, slots: int, max_queue: int) -> None:
+        self._queue = task_queue(slots=slots, max_queue=max_queue)
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def waiting(self) -> int:
+        with self._cond:
+            return self._queue.waiting
+
+    def submit(self, task: Task) -> None:
+        with self._cond:
+            if self._closed:
+                task.send(None)
+                return
+            self._queue.offer(task, task.job.priority)
+            self._cond.notify_all()
+
+    def next(self) -> Task | None:
+        """Block until a task may run; None once the room is closed."""
+        with self._cond:
+            while not self._closed:
+                task = self._queue.take()
+                if task is not None:
+                    return task
+                self._cond.wait()
+            return None
+
+    def done(self, *, served: bool = True) -> None:
+        with self._cond:
+            self._queue.finish(served=served)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stop handing out tasks; the waiting ones end without output."""
+        with self._cond:
+            self._closed = True
+            for task in self._queue.drain():
+                task.send(None)
+            self._cond.notify_all()
+
+
 class GenerationWorker:
     """One thread that runs one generation at a time (a single-device model)."""
 
-    def __init__(self, name: str, generate: Generate) -> None:
+    def __init__(self, name: str, generate: Generate, *, max_queue: int) -> None:
         self._generate = generate
-        self._tasks: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._room = WaitingRoom(slots=1, max_queue=max_queue)
         self.pending = PendingCounter()
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
         self._thread.start()
 
-    def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
-        return stream_task(self._tasks.put, job, self.pending)
+    def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
+        return stream_task(self._room.submit, job, self.pending)
 
     def close(self) -> None:
-        self._tasks.put(None)
+        self._room.close()
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        while (task := self._tasks.get()) is not None:
-            if task.job.cancelled.is_set():
-                task.send(None)
-                continue
-            self._run_one(task)
+        while (task := self._room.next()) is not None:
+            try:
+                self._run_one(task)
+            finally:
+                self._room.done()
 
     def _run_one(self, task: Task) -> None:
         try:

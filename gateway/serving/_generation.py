@@ -197,7 +197,7 @@ class _Walk:
         try:
             first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")
         except BaseException:
-            await stream.aclose()  # type: ignore[attr-defined]
+            await stream.aclose()
             raise
         return Generation(
             self.plan,

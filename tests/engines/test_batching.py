@@ -11,7 +11,6 @@ import pytest
 from tests.engines.conftest import collect, job_for, load_smollm2, stream_all, text_of
 from tests.engines.test_hybrid import PROMPTS
 from zest.engines import Delta, Engine, GenerationJob
-from zest.errors import OverloadedError
 from zest.router import Device, Placement
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
@@ -89,40 +88,3 @@ def test_a_shared_system_prompt_is_prefilled_once(engine: Engine) -> None:
     # Reused up to the shared prefix, leaving the prompt's last 32 tokens to be evaluated anew.
     assert warm[0].cached_tokens == min(shared, len(warm_job.prompt_tokens) - 32)
     assert warm[-1].completion_tokens >= 1
-
-
-def test_a_full_queue_refuses_with_retry_after_and_priority_orders_admission() -> None:
-    engine = load(parallel=1, max_queue=2, prefix_cache_tokens=0)
-    order: list[str] = []
-
-    async def run(name: str, job: GenerationJob) -> None:
-        async for delta in engine.stream(job):
-            if delta.completion_tokens or delta.text:
-                order.append(name)
-                break
-
-    async def scenario() -> OverloadedError:
-        busy = engine.stream(job_for(engine, "Tell a long story.", max_tokens=64))
-        await anext(busy)  # the only slot is taken
-        low = asyncio.create_task(run("low", job_for(engine, "Hi", max_tokens=2)))
-        await asyncio.sleep(0.05)
-        high = asyncio.create_task(
-            run("high", dataclasses.replace(job_for(engine, "Hi", max_tokens=2), priority=5))
-        )
-        await asyncio.sleep(0.05)
-        with pytest.raises(OverloadedError) as refused:
-            engine.stream(job_for(engine, "Hi", max_tokens=2))
-        async for _ in busy:
-            pass
-        await asyncio.gather(low, high)
-        return refused.value
-
-    refused = asyncio.run(scenario())
-    asyncio.run(engine.close())
-    assert refused.status_code == 429
-    assert refused.headers == {"retry-after": "1"}
-    assert refused.message == (
-        "the model's queue is full (2 requests waiting): retry shortly, or raise "
-        "options.max_queue in routes.yaml"
-    )
-    assert order == ["high", "low"]

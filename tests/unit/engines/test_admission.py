@@ -1,0 +1,142 @@
+"""The admission queue every local runner shares: priority then arrival, the bound, Retry-After.
+Pure: no model, no threads."""
+
+from __future__ import annotations
+
+import pytest
+
+from zest.engines._admission import AdmissionQueue
+from zest.errors import OverloadedError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_slots_plus_max_queue_requests_are_accepted_and_the_next_is_refused() -> None:
+    queue: AdmissionQueue[str] = AdmissionQueue(slots=2, max_queue=4)
+    for n in range(6):  # none has been taken yet: free slots count as places too
+        queue.offer(f"r{n}")
+    with pytest.raises(OverloadedError) as refused:
+        queue.offer("r6")
+    assert refused.value.status_code == 429
+    assert queue.waiting == 6  # the refused one holds nothing
+    assert refused.value.message == (
+        "the model is at capacity (0 running, 6 waiting): retry in 1 s (Retry-After), or "
+        "raise options.max_queue (now 4) in routes.yaml"
+    )
+
+
+def test_take_hands_out_at_most_slots_items_and_finish_frees_one() -> None:
+    queue: AdmissionQueue[str] = AdmissionQueue(slots=2, max_queue=1)
+    for name in ("a", "b", "c"):
+        queue.offer(name)
+    assert [queue.take(), queue.take(), queue.take()] == ["a", "b", None]
+    with pytest.raises(OverloadedError):
+        queue.offer("d")
+    queue.finish()
+    assert queue.take() == "c"
+    queue.offer("d")  # a place freed: accepted again
+    assert (queue.running, queue.waiting) == (2, 1)
+
+
+def test_priority_first_then_arrival() -> None:
+    queue: AdmissionQueue[str] = AdmissionQueue(slots=1, max_queue=10)
+    for name, priority in [("low1", 0), ("high1", 5), ("low2", 0), ("high2", 5), ("mid", 1)]:
+        queue.offer(name, priority)
+    taken = []
+    while (item := queue.take()) is not None:
+        taken.append(item)
+        queue.finish()
+    assert taken == ["high1", "high2", "mid", "low1", "low2"]
+
+
+def test_an_abandoned_waiting_item_gives_its_place_back_and_is_told() -> None:
+    gone: set[str] = set()
+    dropped: list[str] = []
+    queue: AdmissionQueue[str] = AdmissionQueue(
+        slots=1, max_queue=1, abandoned=gone.__contains__, drop=dropped.append
+    )
+    queue.offer("running")
+    assert queue.take() == "running"
+    queue.offer("waiting")
+    gone.add("waiting")  # its client disconnected while it waited
+    queue.offer("next")  # the full queue first drops what nobody waits for
+    assert dropped == ["waiting"]
+    queue.finish()
+    assert queue.take() == "next"
+
+
+def test_take_skips_abandoned_items() -> None:
+    dropped: list[str] = []
+    queue: AdmissionQueue[str] = AdmissionQueue(
+        slots=1, max_queue=5, abandoned=lambda item: item.startswith("x"), drop=dropped.append
+    )
+    for name in ("x1", "x2", "ok"):
+        queue.offer(name)
+    assert queue.take() == "ok"
+    assert dropped == ["x1", "x2"]
+
+
+def test_retry_after_is_one_second_until_a_service_rate_is_seen() -> None:
+    queue: AdmissionQueue[str] = AdmissionQueue(slots=1, max_queue=0)
+    queue.offer("a")
+    with pytest.raises(OverloadedError) as refused:
+        queue.offer("b")
+    assert refused.value.headers == {"retry-after": "1"}
+
+
+def test_retry_after_follows_the_observed_service_rate() -> None:
+    clock = Clock()
+    queue: AdmissionQueue[int] = AdmissionQueue(slots=1, max_queue=0, clock=clock)
+    for n in range(4):  # one request finished every 10 s
+        queue.offer(n)
+        assert queue.take() == n
+        clock.now += 10
+        queue.finish()
+    queue.offer(99)
+    queue.take()
+    with pytest.raises(OverloadedError) as refused:
+        queue.offer(100)
+    # 4 finished over the 30 s since the first: a place frees in about 7.5 s.
+    assert refused.value.headers == {"retry-after": "8"}
+
+
+def test_failed_requests_do_not_count_towards_the_service_rate() -> None:
+    clock = Clock()
+    queue: AdmissionQueue[int] = AdmissionQueue(slots=1, max_queue=0, clock=clock)
+    for n in range(5):
+        queue.offer(n)
+        queue.take()
+        clock.now += 0.001
+        queue.finish(served=False)
+    assert queue.retry_after() == 1  # no served request: the default, not 1 ms per request
+
+
+def test_old_completions_leave_the_rate_window() -> None:
+    clock = Clock()
+    queue: AdmissionQueue[int] = AdmissionQueue(slots=1, max_queue=0, clock=clock)
+    for n in range(3):
+        queue.offer(n)
+        queue.take()
+        clock.now += 1
+        queue.finish()
+    clock.now += 3600
+    assert queue.retry_after() == 1
+
+
+def test_drain_returns_the_waiting_in_admission_order() -> None:
+    queue: AdmissionQueue[str] = AdmissionQueue(slots=1, max_queue=5)
+    for name, priority in [("b", 0), ("a", 3), ("c", 0)]:
+        queue.offer(name, priority)
+    assert queue.drain() == ["a", "b", "c"]
+    assert queue.waiting == 0
+
+
+def test_a_queue_needs_a_slot() -> None:
+    with pytest.raises(ValueError, match="slots >= 1"):
+        AdmissionQueue(slots=0, max_queue=1)
