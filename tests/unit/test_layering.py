@@ -1,0 +1,205 @@
+"""The import rules of docs/architecture.md, checked over the source with `ast`.
+
+Units are the packages and subpackages (zest.router, zest.policies, zest.engines,
+zest.gateway.http, zest.gateway.serving, zest.gateway.cli, zest.gateway) and the leaf module
+zest.errors. Every import counts, lazy ones inside functions and TYPE_CHECKING ones included:
+a deferred import is still a dependency.
+
+- router/ and policies/ are pure: they never import zest.engines or zest.gateway;
+- zest.errors is a leaf: it imports nothing of zest;
+- a private module (a name with a leading underscore) is imported only from inside the
+  package that holds it; another unit goes through that package's `__init__`;
+- the units' import graph has no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = ("gateway", "router", "engines", "policies")  # zest/<folder> links to them
+PURE = ("zest.router", "zest.policies")
+FORBIDDEN_TO_PURE = ("zest.engines", "zest.gateway")
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str  # module name
+    target: str  # module name (a package's __init__ is the package's name)
+    line: int
+
+    def where(self) -> str:
+        return f"{self.importer}:{self.line} imports {self.target}"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] != "zest":
+        parts.insert(0, "zest")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def _sources() -> dict[str, Path]:
+    """Every source module by name; zest/*.py are the real files beside the folder links."""
+    files = [p for folder in FOLDERS for p in sorted((ROOT / folder).rglob("*.py"))]
+    files += sorted(p for p in (ROOT / "zest").glob("*.py") if not p.is_symlink())
+    return {_module_name(p): p for p in files}
+
+
+def _is_package(module: str) -> bool:
+    return _sources()[module].name == "__init__.py"
+
+
+def _resolve(importer: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = importer if _is_package(importer) else importer.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        package = package.rpartition(".")[0]
+    return f"{package}.{node.module}" if node.module else package
+
+
+def _targets(importer: str, node: ast.AST) -> Iterator[str]:
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+        base = _resolve(importer, node)
+        for alias in node.names:
+            # `from zest.engines import _pool` imports the module zest.engines._pool.
+            sub = f"{base}.{alias.name}"
+            yield sub if sub in _sources() else base
+
+
+@cache
+def imports() -> tuple[Import, ...]:
+    found = []
+    for module, path in _sources().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            for target in _targets(module, node):
+                if target == "zest" or target.startswith("zest."):
+                    found.append(Import(module, target, getattr(node, "lineno", 0)))
+    return tuple(found)
+
+
+def unit(module: str) -> str:
+    """The package (or subpackage) a module belongs to; zest.errors stands alone."""
+    if module == "zest.errors" or (module in _sources() and _is_package(module)):
+        return module
+    return module.rpartition(".")[0]
+
+
+def private_owner(target: str) -> str | None:
+    """The package holding the first private module on the target's path, if any."""
+    parts = target.split(".")
+    for index, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:index])
+    return None
+
+
+def test_the_sources_are_found() -> None:
+    units = {unit(m) for m in _sources()}
+    assert {
+        "zest",
+        "zest.errors",
+        "zest.router",
+        "zest.policies",
+        "zest.engines",
+        "zest.gateway",
+        "zest.gateway.http",
+        "zest.gateway.serving",
+        "zest.gateway.cli",
+    } <= units
+    assert len(imports()) > 50
+
+
+def test_router_and_policies_import_neither_engines_nor_gateway() -> None:
+    bad = [
+        i.where()
+        for i in imports()
+        if i.importer.startswith(PURE)
+        and any(i.target == f or i.target.startswith(f + ".") for f in FORBIDDEN_TO_PURE)
+    ]
+    assert bad == []
+
+
+def test_the_error_tree_is_a_leaf() -> None:
+    assert [i.where() for i in imports() if i.importer == "zest.errors"] == []
+
+
+def test_no_module_imports_a_private_module_of_another_package() -> None:
+    bad = []
+    for found in imports():
+        owner = private_owner(found.target)
+        if owner is not None and unit(found.importer) != owner:
+            bad.append(found.where())
+    assert bad == []
+
+
+def _unit_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for found in imports():
+        source, target = unit(found.importer), unit(found.target)
+        if source != target:
+            graph.setdefault(source, set()).add(target)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as a path of units, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_packages_import_each_other_without_a_cycle() -> None:
+    cycle = _cycle(_unit_graph())
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+@pytest.mark.parametrize(
+    ("graph", "cycle"),
+    [
+        ({"a": {"b"}, "b": {"c"}}, None),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
+        ({"a": {"b"}, "b": {"b"}}, ["b", "b"]),
+    ],
+)
+def test_the_cycle_finder(graph: dict[str, set[str]], cycle: list[str] | None) -> None:
+    assert _cycle(graph) == cycle
+
+
+def test_private_owner_and_unit() -> None:
+    assert private_owner("zest.engines._pool") == "zest.engines"
+    assert private_owner("zest.gateway.serving._runtime") == "zest.gateway.serving"
+    assert private_owner("zest.gateway.serving") is None
+    assert private_owner("zest.__main__") is None
+    assert unit("zest.gateway.http._app") == "zest.gateway.http"
+    assert unit("zest.gateway.http") == "zest.gateway.http"
+    assert unit("zest.errors") == "zest.errors"
