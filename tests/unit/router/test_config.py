@@ -230,7 +230,7 @@ def test_a_llamacpp_option_under_an_onnx_genai_model_lists_the_onnx_options() ->
     text = ONNX.replace("source: cache:m}", "source: cache:m, options: {n_batch: 64}}")
     assert problems(text) == [
         "routes.yaml: models.smollm2.options.n_batch: unknown key 'n_batch' "
-        "(allowed: n_threads, provider_options)"
+        "(allowed: max_queue, n_threads, provider_options)"
     ]
 
 
@@ -238,7 +238,7 @@ def test_a_misspelt_onnx_genai_option_suggests_the_right_one() -> None:
     text = ONNX.replace("source: cache:m}", "source: cache:m, options: {n_thread: 2}}")
     assert problems(text) == [
         "routes.yaml: models.smollm2.options.n_thread: unknown key 'n_thread': "
-        "did you mean 'n_threads'? (allowed: n_threads, provider_options)"
+        "did you mean 'n_threads'? (allowed: max_queue, n_threads, provider_options)"
     ]
 
 
