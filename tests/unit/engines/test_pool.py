@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,18 +28,28 @@ def sync(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
     return run
 
 
+class LoadGate:
+    """Holds loads until opened, and says when one has started: tests order events with it."""
+
+    def __init__(self) -> None:
+        self.started, self.opened = threading.Event(), threading.Event()
+
+    async def wait_started(self) -> None:
+        assert await asyncio.to_thread(self.started.wait, 10), "no load started within 10 s"
+
+
 class CountingEngine(Engine):
     name = "counting"
     loads: ClassVar[list[str]] = []
     closes: ClassVar[list[str]] = []
 
-    def __init__(self, model_id: str, load_delay: float = 0.0) -> None:
-        self.model_id, self.placement, self._delay, self.queued = model_id, ON_CPU, load_delay, 0
+    def __init__(self, model_id: str, gate: LoadGate | None = None) -> None:
+        self.model_id, self.placement, self._gate, self.queued = model_id, ON_CPU, gate, 0
 
     def load(self) -> EngineInfo:
-        import time
-
-        time.sleep(self._delay)
+        if self._gate is not None:
+            self._gate.started.set()
+            assert self._gate.opened.wait(10), "the test never opened the load gate"
         CountingEngine.loads.append(self.model_id)
         return EngineInfo("counting", self.model_id, "cpu", "test", 64, "memory")
 
@@ -71,7 +82,7 @@ def spec(model_id: str, source: str = "m.gguf") -> EngineSpec:
 def pool(
     max_loaded: int | None = None,
     policies: dict[str, ModelPolicy] | None = None,
-    load_delay: float = 0.0,
+    gate: LoadGate | None = None,
     current: dict[str, EngineSpec] | None = None,
 ) -> tuple[EnginePool, list[float]]:
     """A pool over counting engines; `current` stands for the routes file in force (a test
@@ -79,7 +90,7 @@ def pool(
     now = [0.0]
     table = policies or {}
     made = EnginePool(
-        lambda s: CountingEngine(s.model_id, load_delay),
+        lambda s: CountingEngine(s.model_id, gate),
         policy=lambda model: table.get(model, ModelPolicy()),
         current=None if current is None else current.get,
         max_loaded=max_loaded,
@@ -99,19 +110,28 @@ async def use(engines: EnginePool, model_id: str) -> None:
 
 @sync
 async def test_two_requests_for_an_unloaded_model_load_it_once() -> None:
-    engines, _ = pool(load_delay=0.2)
-    first, second = await asyncio.gather(engines.acquire(spec("a")), engines.acquire(spec("a")))
+    gate = LoadGate()
+    engines, _ = pool(gate=gate)
+    first_task = asyncio.ensure_future(engines.acquire(spec("a")))
+    await gate.wait_started()  # the first request is loading the model ...
+    second_task = asyncio.ensure_future(engines.acquire(spec("a")))  # ... when the second comes
+    gate.opened.set()
+    first, second = await asyncio.gather(first_task, second_task)
     assert CountingEngine.loads == ["a"]
     assert first.engine is second.engine
 
 
 @sync
 async def test_a_caller_that_gives_up_does_not_cancel_the_load_for_the_others() -> None:
-    engines, _ = pool(load_delay=0.2)
+    gate = LoadGate()
+    engines, _ = pool(gate=gate)
     impatient = asyncio.ensure_future(engines.acquire(spec("a")))
     patient = asyncio.ensure_future(engines.acquire(spec("a")))
-    await asyncio.sleep(0.05)
+    await gate.wait_started()  # both callers have run up to waiting for the load by now
     impatient.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await impatient
+    gate.opened.set()  # the load finishes only after the impatient caller has gone
     lease = await patient
     assert lease.info.model == "a"
     assert CountingEngine.loads == ["a"]
