@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 import pytest
 
@@ -59,6 +60,51 @@ def test_each_request_keeps_its_own_limits_and_stops(engine: Engine) -> None:
     assert stopped[-1].finish_reason == "stop"
     assert short[-1].completion_tokens <= 5
     assert (counted[-1].completion_tokens, counted[-1].finish_reason) == (7, "length")
+
+
+LONG_PROMPTS = [
+    "Tell a long story about a baker.",
+    "Describe the sea in great detail.",
+    "List twenty fruits, one per line.",
+    "Explain, step by step, how bread rises.",
+]
+
+
+def record_decode_calls(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """Wrap the scheduler's native context: for each llama_decode call, the sequence of each
+    token it carried (the scheduler calls it from its own thread)."""
+    ctx = cast(Any, engine)._runner._ctx
+    native = ctx.decode
+    calls: list[list[int]] = []
+
+    def decode(entries: Sequence[tuple[int, int, int, bool]]) -> None:
+        calls.append([seq for _, _, seq, _ in entries])
+        native(entries)
+
+    monkeypatch.setattr(ctx, "decode", decode)
+    return calls
+
+
+def test_concurrent_streams_share_decode_steps(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four streams of up to 24 tokens: run one after another they would take about 96 decode
+    calls; batched, each step decodes one token of every generating sequence."""
+    calls = record_decode_calls(engine, monkeypatch)
+    jobs = [job_for(engine, p, max_tokens=24) for p in LONG_PROMPTS]
+
+    async def together() -> list[list[Delta]]:
+        return list(await asyncio.gather(*(stream_all(engine, j) for j in jobs)))
+
+    produced = [deltas[-1].completion_tokens for deltas in asyncio.run(together())]
+    assert sum(produced) >= 60, produced  # the prompts ask for long answers
+    steps = [seqs for seqs in calls if len(set(seqs)) > 1]
+    # A decode step carries one token per sequence (prefill chunks carry one sequence).
+    assert all(len(set(seqs)) == len(seqs) for seqs in steps)
+    assert max(len(seqs) for seqs in steps) == len(jobs)  # some step decodes all four
+    # About max(produced) steps plus the prefill chunks, far fewer than one call per token.
+    assert len(calls) <= max(produced) + 4 * len(jobs), (len(calls), produced)
+    assert len(calls) < sum(produced) / 2
 
 
 def chat_job(engine: Engine, question: str) -> GenerationJob:
