@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 import pytest
 
@@ -75,22 +76,39 @@ def test_the_handoff_is_measured_and_labelled(engines: tuple[Engine, Engine]) ->
     assert "emulated" in hybrid.info().backend
 
 
-def test_streams_decode_together(engines: tuple[Engine, Engine]) -> None:
+def test_streams_decode_together(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Token-for-token equality with lone runs is not asserted here: llama.cpp's CPU attention is
     # not bit-invariant to how full the KV cache is, so a stream decoding beside another can
     # flip a near-tie greedy token (see README, "Continuous batching").
     _, hybrid = engines
-    jobs = [job_for(hybrid, p, max_tokens=24) for p in PROMPTS[:2]]
+    jobs = [job_for(hybrid, p, max_tokens=24) for p in (PROMPTS[1], "Tell a long story.")]
+    # The decode context's steps, each with the slot of every token it carried.
+    decode_ctx = cast(Any, hybrid)._runner._decode
+    native_step, steps = decode_ctx.step, list[list[int]]()
+
+    def step(entries: Sequence[tuple[int, int, int]]) -> None:
+        steps.append([slot for _, _, slot in entries])
+        native_step(entries)
+
+    monkeypatch.setattr(decode_ctx, "step", step)
 
     async def both() -> list[list[Delta]]:
         return list(await asyncio.gather(*(stream_all(hybrid, j) for j in jobs)))
 
-    for deltas in asyncio.run(both()):
+    results = asyncio.run(both())
+    for deltas in results:
         assert text_of(deltas)
         assert deltas[-1].finish_reason in {"stop", "length"}
         assert deltas[-1].completion_tokens <= 24
         assert deltas[0].stats is not None
         assert deltas[0].stats.handoff_bytes
+    # Together, not one after another: some step decodes both, and there are fewer steps than
+    # decoded tokens (the first token of each comes from the prefill context).
+    decoded = sum(deltas[-1].completion_tokens - 1 for deltas in results)
+    assert max(len(set(slots)) for slots in steps) == 2
+    assert len(steps) < decoded, (len(steps), decoded)
 
 
 def test_cancel_during_hybrid_decode(engines: tuple[Engine, Engine]) -> None:
