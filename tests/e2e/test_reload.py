@@ -108,12 +108,20 @@ def test_an_invalid_edit_keeps_the_previous_routes_and_says_why(
     write(routes, ROUTES)
 
 
-def test_sighup_reloads_when_watching_is_off(unwatched: tuple[Server, Path]) -> None:
+def test_sighup_reloads_when_watching_is_off(
+    unwatched: tuple[Server, Path], watched: tuple[Server, Path]
+) -> None:
     server, routes = unwatched
+    witness, witness_routes = watched  # the same edit, made just after, on a watching server
     assert status(server)["watching"] is False
+    seen = status(witness)["reloads"]
     write(routes, ROUTES + EXTRA_ROUTE)
-    time.sleep(1.0)  # a watcher would have seen it by now
+    write(witness_routes, ROUTES + EXTRA_ROUTE)
+    wait_for(lambda: status(witness)["reloads"] > seen, "the witness's watcher reload")
+    # The watching server has seen its edit: a watcher here would have seen this one too.
     assert status(server)["reloads"] == 0
+    write(witness_routes, ROUTES)
+    wait_for(lambda: "echo" not in status(witness)["config"]["routes"], "the witness restored")
     server.process.send_signal(signal.SIGHUP)
     wait_for(lambda: status(server)["reloads"] == 1, "the SIGHUP reload")
     assert status(server)["loaded"]["trigger"] == "sighup"
