@@ -15,6 +15,8 @@ from zest.router._placement import (
 from zest.router._plan import STRICT_REASON, Attempt, ModelTraits, Plan, find_route, plan_route
 from zest.router._schema import (
     DEVICES,
+    ENGINE_MODELS,
+    ENGINES,
     REMOTE_ENGINE,
     ContextPolicy,
     FallbackEntry,
@@ -30,11 +32,14 @@ from zest.router._schema import (
     RoutesFile,
     RouteTimeouts,
     Sampling,
+    kind_of,
 )
 
 __all__ = [
     "DEVICES",
     "DEVICE_ORDER",
+    "ENGINES",
+    "ENGINE_MODELS",
     "REMOTE_DEVICE",
     "REMOTE_ENGINE",
     "STRICT_REASON",
@@ -60,6 +65,7 @@ __all__ = [
     "Sampling",
     "describe_devices",
     "find_route",
+    "kind_of",
     "load_routes",
     "parse_device",
     "parse_routes",

@@ -15,23 +15,10 @@ from pydantic_core import ErrorDetails
 
 from zest.errors import ConfigError
 from zest.router._placement import parse_device
-from zest.router._schema import (
-    ENGINES,
-    REMOTE_ENGINE,
-    LlamaCppModel,
-    OnnxGenaiModel,
-    RemoteModel,
-    RouteConfig,
-    RoutesFile,
-)
+from zest.router._schema import ENGINE_MODELS, ENGINES, RouteConfig, RoutesFile
 
 __all__ = ["LoadedRoutes", "load_routes", "parse_routes"]
 
-_ENGINE_MODELS: dict[str, type[BaseModel]] = {
-    "llamacpp": LlamaCppModel,
-    "onnx-genai": OnnxGenaiModel,
-    "remote": RemoteModel,
-}
 # Keys refused with a reason rather than a spelling hint: a secret never belongs in the file.
 _REFUSED_KEYS = {
     "api_key": "a key must not be written in routes.yaml: put it in an environment variable "
@@ -114,7 +101,7 @@ def _preload_problems(config: RoutesFile) -> list[str]:
         at = f"lifecycle.preload.{number}"
         if model not in config.models:
             problems.append(f"{at}: unknown model {model!r} (known: {known})")
-        elif config.models[model].engine == REMOTE_ENGINE:
+        elif not config.models[model].local:
             problems.append(f"{at}: {model!r} is a remote model, nothing loads here: remove it")
     return problems
 
@@ -141,7 +128,7 @@ def _placement_problems(
     config: RoutesFile, route: RouteConfig, *, where: str, at: str, model: str, device: str | None
 ) -> list[str]:
     """One attempt's model and device (at key path `at`) against the route's policies."""
-    if config.models[model].engine == REMOTE_ENGINE:
+    if not config.models[model].local:
         problems = []
         if device not in (None, "auto"):
             problems.append(
@@ -196,7 +183,7 @@ def _format_error(filename: str, err: ErrorDetails) -> str:
 
 def _display_loc(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
     """Drop the discriminator tag pydantic inserts under models.<name>."""
-    if len(loc) >= 3 and loc[0] == "models" and loc[2] in _ENGINE_MODELS:
+    if len(loc) >= 3 and loc[0] == "models" and loc[2] in ENGINE_MODELS:
         return loc[:2] + loc[3:]
     return loc
 
@@ -246,8 +233,8 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
             current = _unwrap(typing.get_args(current)[0])
         elif typing.get_origin(current) is dict:
             current = _unwrap(typing.get_args(current)[1])
-            if parts and str(parts[0]) in _ENGINE_MODELS:  # the discriminator tag
-                current = _ENGINE_MODELS[str(parts.pop(0))]
+            if parts and str(parts[0]) in ENGINE_MODELS:  # the discriminator tag
+                current = ENGINE_MODELS[str(parts.pop(0))]
         else:
             return None
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None

@@ -6,12 +6,16 @@ Everything is validated at load; nothing about the file is checked per request.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+import typing
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "DEVICES",
+    "ENGINES",
+    "ENGINE_MODELS",
+    "REMOTE_ENGINE",
     "ContextPolicy",
     "FallbackEntry",
     "Lifecycle",
@@ -26,6 +30,7 @@ __all__ = [
     "RouteTimeouts",
     "RoutesFile",
     "Sampling",
+    "kind_of",
 ]
 
 DEVICES: tuple[str, ...] = ("cpu", "gpu", "npu", "auto", "hybrid")
@@ -118,6 +123,8 @@ class _ModelBase(_Strict):
 class LlamaCppModel(_ModelBase):
     engine: Literal["llamacpp"]
     options: LlamaCppOptions = LlamaCppOptions()
+    # Runs in this process on the inventory's devices, with a tokenizer of its own.
+    local: ClassVar[bool] = True
 
 
 class OnnxGenaiOptions(_Strict):
@@ -127,11 +134,14 @@ class OnnxGenaiOptions(_Strict):
     n_threads: int | None = Field(default=None, ge=1, le=512)
     # Extra options for the execution provider the route's device selects, e.g. device_id.
     provider_options: dict[str, str] = Field(default_factory=dict)
+    # Requests that may wait while one generates; more are refused with 429 and Retry-After.
+    max_queue: int = Field(default=64, ge=0)
 
 
 class OnnxGenaiModel(_ModelBase):
     engine: Literal["onnx-genai"]
     options: OnnxGenaiOptions = OnnxGenaiOptions()
+    local: ClassVar[bool] = True
 
 
 class RemoteTimeouts(_Strict):
@@ -146,6 +156,11 @@ class RemoteModel(_Strict):
     """A model served by an OpenAI-compatible upstream (vLLM, llama.cpp server, Ollama, ...)."""
 
     engine: Literal["remote"]
+    # Runs elsewhere: no local device, no local tokenizer (budgets count approximately), and
+    # nothing loaded here to keep alive or pin.
+    local: ClassVar[bool] = False
+    keep_alive: ClassVar[None] = None
+    pinned: ClassVar[bool] = False
     base_url: str
     model: str
     # The NAME of an environment variable holding the key: a key never belongs in routes.yaml.
@@ -186,10 +201,26 @@ class RemoteModel(_Strict):
         return name
 
 
-# One entry per engine; `engine` is the discriminator. Later engines join this union.
+# The engine kinds, declared once: one model class per kind, whose `engine: Literal[...]` names
+# it and whose `local` says whether it runs here. A new kind joins this union; its name, the
+# load errors and the engines' registry derive from it (engines register a factory per name).
 ModelConfig = Annotated[LlamaCppModel | OnnxGenaiModel | RemoteModel, Field(discriminator="engine")]
-ENGINES: tuple[str, ...] = ("llamacpp", "onnx-genai", "remote")
-REMOTE_ENGINE = "remote"
+ModelClass = type[LlamaCppModel] | type[OnnxGenaiModel] | type[RemoteModel]
+
+
+def kind_of(model: type[BaseModel]) -> str:
+    """The engine kind a model class declares: its `engine` discriminator's one literal."""
+    (name,) = typing.get_args(model.model_fields["engine"].annotation)
+    return str(name)
+
+
+def _model_classes() -> tuple[Any, ...]:
+    return typing.get_args(typing.get_args(ModelConfig)[0])
+
+
+ENGINE_MODELS: dict[str, ModelClass] = {kind_of(m): m for m in _model_classes()}
+ENGINES: tuple[str, ...] = tuple(ENGINE_MODELS)
+REMOTE_ENGINE = kind_of(RemoteModel)
 
 
 class Sampling(_Strict):
