@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from zest.errors import ConfigError, ZestError
 from zest.gateway.cli._eval import add_eval_command
 from zest.gateway.cli._models import add_models_command
+from zest.gateway.cli._tables import print_table
 from zest.gateway.serving import Settings
 from zest.router import LoadedRoutes, ModelConfig, RemoteModel, load_routes
 
@@ -138,33 +139,21 @@ def _settings(**overrides: object) -> Settings:
 
 def _check(args: argparse.Namespace) -> int:
     loaded = load_routes(_settings(routes=args.file).routes)
-    print(_routes_table(loaded))
+    _print_routes(loaded)
     config = loaded.config
     print(f"\n{loaded.path}: OK ({len(config.routes)} routes, {len(config.models)} models)")
     return 0
 
 
-def _routes_table(loaded: LoadedRoutes) -> str:
+def _print_routes(loaded: LoadedRoutes) -> None:
     config = loaded.config
-    rows = [("TASK", "KIND", "MODEL", "ENGINE", "DEVICE", "MAX_TOKENS", "SOURCE")]
+    rows = []
     for task, route in config.routes.items():
         model = config.models[route.model]
-        rows.append(
-            (
-                task,
-                route.kind,
-                route.model,
-                model.engine,
-                route.device,
-                str(route.max_tokens),
-                _source(model),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+        cells = (task, route.kind, route.model, model.engine, route.device, str(route.max_tokens))
+        rows.append((*cells, _source(model)))
+    headers = ("TASK", "KIND", "MODEL", "ENGINE", "DEVICE", "MAX_TOKENS", "SOURCE")
+    print_table(headers, rows)
 
 
 def _source(model: ModelConfig) -> str:

@@ -15,6 +15,7 @@ from zest.engines import resolve_source
 from zest.errors import ModelFileMissingError, ZestError
 from zest.gateway.cli._progress import human_size
 from zest.gateway.cli._pull import disk_size, pull
+from zest.gateway.cli._tables import print_table
 from zest.router import LoadedRoutes, ModelConfig, RemoteModel, load_routes
 
 __all__ = ["ModelRow", "add_models_command", "model_rows"]
@@ -78,7 +79,7 @@ def _list(args: argparse.Namespace) -> int:
             json.dumps({"routes": str(routes.path), "models": [asdict(r) for r in rows]}, indent=2)
         )
     else:
-        print(_table(rows, with_loaded=bool(args.url)))
+        _print_table(rows, with_loaded=bool(args.url))
         for row in rows:
             if row.problem:
                 print(f"\n{row.id}: {row.problem}")
@@ -115,20 +116,16 @@ def _row(model_id: str, model: ModelConfig, base_dir: Path) -> ModelRow:
     return row
 
 
-def _table(rows: list[ModelRow], *, with_loaded: bool) -> str:
-    header = ["MODEL", "ENGINE", "FILE", "SIZE", "ROUTES", "SOURCE"]
-    lines = [header + (["LOADED"] if with_loaded else [])]
+def _print_table(rows: list[ModelRow], *, with_loaded: bool) -> None:
+    headers = ["MODEL", "ENGINE", "FILE", "SIZE", "ROUTES", "SOURCE"]
+    cells = []
     for row in rows:
         size = human_size(row.size_bytes) if row.size_bytes is not None else "-"
-        cells = [row.id, row.engine, row.state, size, ", ".join(row.routes) or "-", row.source]
+        line = [row.id, row.engine, row.state, size, ", ".join(row.routes) or "-", row.source]
         if with_loaded:
-            cells.append(", ".join(row.loaded_on or []) or "-")
-        lines.append(cells)
-    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in lines
-    )
+            line.append(", ".join(row.loaded_on or []) or "-")
+        cells.append(line)
+    print_table(headers + (["LOADED"] if with_loaded else []), cells)
 
 
 def _add_loaded(rows: list[ModelRow], url: str, api_key: str | None) -> None:

@@ -1,62 +1,81 @@
-"""A one-line transfer progress bar on stderr: bytes, total when known, rate.
+"""Transfer progress on stderr, drawn by rich: redrawn in place on a terminal; elsewhere (a log,
+CI) only the final line is printed, so that logs stay readable.
 
-Redrawn in place on a terminal; elsewhere (a log, CI) only the final line is printed, so that
-logs stay readable.
+Every transfer of `zest models pull` shows this one bar, huggingface_hub's downloads included
+(`hub_bar` stands in for the tqdm bar the library would draw).
 """
 
 from __future__ import annotations
 
-import sys
-import time
-from typing import TextIO
+from types import TracebackType
+from typing import Any
 
-__all__ = ["Progress", "human_size"]
+from rich.console import Console
+from rich.filesize import decimal
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TaskProgressColumn,
+    TextColumn,
+    TransferSpeedColumn,
+)
 
-_REDRAW_EVERY_S = 0.1
-_BAR_WIDTH = 24
+__all__ = ["HubBar", "Transfer", "human_size"]
 
 
 def human_size(size: float) -> str:
-    """1536 -> '1.5 KB' (powers of 1000, as download tools show them)."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1000 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    raise AssertionError("unreachable")
+    """1536 -> '1.5 kB' (powers of 1000, as the progress bar and download tools show them)."""
+    return decimal(int(size))
 
 
-class Progress:
-    """Counts the bytes of one transfer and shows them; `done()` prints the final line."""
+class Transfer:
+    """One transfer's bar (label, bar, percentage, bytes, rate), used as a context manager:
+    the final line stays when the block succeeds, and goes when it raises."""
 
-    def __init__(self, label: str, total: int | None, stream: TextIO | None = None) -> None:
-        self.label = label
-        self.total = total
-        self.received = 0
-        self._stream = stream or sys.stderr
-        self._live = self._stream.isatty()
-        self._started = time.monotonic()
-        self._drawn = 0.0
+    def __init__(self, label: str, total: int | None, console: Console | None = None) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            console=console or Console(stderr=True),
+        )
+        self._task: TaskID = self._progress.add_task(label, total=total)
 
     def update(self, count: int) -> None:
-        self.received += count
-        now = time.monotonic()
-        if self._live and now - self._drawn >= _REDRAW_EVERY_S:
-            self._drawn = now
-            self._stream.write(f"\r{self.line()}\x1b[K")
-            self._stream.flush()
+        self._progress.advance(self._task, count)
 
-    def done(self) -> None:
-        line = f"\r{self.line()}\x1b[K" if self._live else self.line()
-        self._stream.write(line + "\n")
-        self._stream.flush()
+    @property
+    def received(self) -> int:
+        return int(self._progress.tasks[0].completed)
 
-    def line(self) -> str:
-        elapsed = max(time.monotonic() - self._started, 1e-6)
-        rate = f"{human_size(self.received / elapsed)}/s"
-        if not self.total:
-            return f"{self.label}  {human_size(self.received)}  {rate}"
-        share = min(self.received / self.total, 1.0)
-        filled = round(share * _BAR_WIDTH)
-        bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
-        sizes = f"{human_size(self.received)} / {human_size(self.total)}"
-        return f"{self.label}  [{bar}] {share:4.0%}  {sizes}  {rate}"
+    def __enter__(self) -> Transfer:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if error is None:
+            self._progress.stop()
+        else:  # the error says what happened: no bar line beside it
+            self._progress.live.transient = True
+            self._progress.live.stop()
+
+
+class HubBar(Transfer):
+    """A `Transfer` that huggingface_hub draws into: what its `tqdm_class` asks of a bar (built
+    with tqdm's keyword arguments, a context manager with `update(n)`). Pass it with its label
+    bound, `functools.partial(HubBar, "downloading FILE")`: the library's own label is a URL."""
+
+    def __init__(
+        self, label: str, *, total: int | None = None, initial: int = 0, **tqdm_options: Any
+    ) -> None:
+        super().__init__(label, total)
+        self.update(initial)

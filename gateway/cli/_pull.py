@@ -15,7 +15,9 @@ import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
@@ -23,7 +25,7 @@ import httpx
 
 from zest.engines import hf_hub_cache_dir, zest_cache_dir
 from zest.errors import PullError
-from zest.gateway.cli._progress import Progress
+from zest.gateway.cli._progress import HubBar, Transfer
 
 __all__ = ["PullError", "Pulled", "pull"]
 
@@ -97,23 +99,21 @@ def _pull_path(path: Path, target: Path, force: bool) -> Pulled:
         raise PullError(f"no such file or folder: {path}")
     if target.exists() and not force:
         return _pulled(target, copied=False)
-    progress = Progress(f"copying {path.name}", disk_size(path))
-    with _staged(target) as temporary:
+    with Transfer(f"copying {path.name}", disk_size(path)) as progress, _staged(target) as tmp:
         if path.is_dir():
-            shutil.copytree(path, temporary, copy_function=lambda s, d: _copy(s, d, progress))
+            shutil.copytree(path, tmp, copy_function=lambda s, d: _copy(s, d, progress))
         else:
-            _copy(path, temporary, progress)
-    progress.done()
+            _copy(path, tmp, progress)
     return _pulled(target, copied=True)
 
 
-def _copy(source: str | Path, destination: str | Path, progress: Progress) -> None:
+def _copy(source: str | Path, destination: str | Path, progress: Transfer) -> None:
     with open(source, "rb") as reader:
         _write(iter(lambda: reader.read(_CHUNK), b""), Path(destination), progress)
     shutil.copystat(source, destination)
 
 
-def _write(chunks: Iterable[bytes], destination: Path, progress: Progress) -> int:
+def _write(chunks: Iterable[bytes], destination: Path, progress: Transfer) -> int:
     written = 0
     with destination.open("wb") as writer:
         for chunk in chunks:
@@ -186,15 +186,13 @@ def _check_status(url: str, response: httpx.Response) -> None:
 def _download(response: httpx.Response, target: Path) -> None:
     length = response.headers.get("content-length")
     total = int(length) if length and length.isdigit() else None
-    progress = Progress(f"downloading {target.name}", total)
-    with _staged(target) as temporary:
-        received = _write(response.iter_bytes(_CHUNK), temporary, progress)
+    with Transfer(f"downloading {target.name}", total) as progress, _staged(target) as tmp:
+        received = _write(response.iter_bytes(_CHUNK), tmp, progress)
         if total is not None and received != total:
             raise PullError(
                 f"download incomplete: got {received} of {total} bytes from "
                 f"{response.url}: run the pull again"
             )
-    progress.done()
 
 
 # Hugging Face
@@ -216,6 +214,8 @@ def _pull_hf(source: str, revision: str, force: bool) -> Pulled:
             revision=revision,
             cache_dir=hf_hub_cache_dir(),  # where hf: sources look, whatever HF_* says
             force_download=force,
+            # The one progress bar of zest models pull, instead of the library's tqdm bar.
+            tqdm_class=cast(Any, partial(HubBar, f"downloading {file}")),
         )
     except Exception as exc:
         raise PullError(_hf_problem(exc, f"{org}/{repo}", file, revision)) from exc

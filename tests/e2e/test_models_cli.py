@@ -120,10 +120,11 @@ def test_pull_copies_a_file_into_zests_cache(env: dict[str, str], tmp_path: Path
     assert result.returncode == 0, result.stderr
     assert cached(env, "tiny.gguf").read_bytes() == PAYLOAD
     assert result.stdout.splitlines() == [
-        f"{cached(env, 'tiny.gguf')} (4.1 KB)",
+        f"{cached(env, 'tiny.gguf')} (4.1 kB)",
         "use it in routes.yaml as:  source: cache:tiny.gguf",
     ]
-    assert result.stderr.startswith("copying tiny.gguf  [")  # the final progress line
+    assert result.stderr.startswith("copying tiny.gguf ━")  # the final progress line
+    assert result.stderr.count("\n") == 1
     assert leftovers(env) == []
 
 
@@ -181,7 +182,8 @@ def test_pull_downloads_a_url(env: dict[str, str], file_server: FileServer) -> N
     assert result.returncode == 0, result.stderr
     assert cached(env, "tiny.gguf").read_bytes() == PAYLOAD
     assert result.stdout.splitlines()[-1] == "use it in routes.yaml as:  source: cache:tiny.gguf"
-    assert result.stderr.startswith("downloading tiny.gguf  [########################] 100%")
+    assert result.stderr.startswith("downloading tiny.gguf ━")
+    assert " 100% 4.1/4.1 kB " in result.stderr
 
 
 def test_pull_takes_a_file_url(env: dict[str, str], tmp_path: Path) -> None:
@@ -244,6 +246,10 @@ def test_pull_hf_fills_the_hugging_face_cache_that_hf_sources_read(
         "use it in routes.yaml as:  source: hf:org/repo/model.Q4.gguf"
     )
     assert "GET /org/repo/resolve/main/model.Q4.gguf" in file_server.requests
+    # One progress bar, zest's, named after the file (not huggingface_hub's tqdm bar too).
+    assert result.stderr.splitlines()[-1].startswith("downloading model.Q4.gguf ━")
+    assert " 100% 4.1/4.1 kB " in result.stderr
+    assert result.stderr.count("\n") == 1
     routes = tmp_path / "routes.yaml"
     routes.write_text(
         "version: 1\nmodels:\n  m: {engine: llamacpp, source: hf:org/repo/model.Q4.gguf}\n"
