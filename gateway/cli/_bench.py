@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from httpx_sse import aconnect_sse
 
 __all__ = ["run_bench"]
 
@@ -64,13 +65,13 @@ def _pct(values: list[float], q: float) -> float:
 
 async def _stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Sample:
     start, times = time.perf_counter(), []
-    async with client.stream("POST", url, json=body) as reply:
-        reply.raise_for_status()
-        prefill = _PREFILL.search(reply.headers.get("x-zest-pipeline", ""))
-        async for line in reply.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
+    async with aconnect_sse(client, "POST", url, json=body) as events:
+        events.response.raise_for_status()
+        prefill = _PREFILL.search(events.response.headers.get("x-zest-pipeline", ""))
+        async for event in events.aiter_sse():
+            if event.data == "[DONE]":
+                break
+            chunk = event.json()
             if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
                 times.append(time.perf_counter())
     if not times:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
-from zest.gateway.cli._bench import _PREFILL, Sample, _question, _routes_file, _summary
+import httpx
+
+from zest.gateway.cli._bench import _PREFILL, Sample, _question, _routes_file, _stream, _summary
 from zest.router import LlamaCppModel, load_routes
 
 
@@ -42,3 +46,29 @@ def test_the_gateway_overhead_is_ttft_minus_the_engines_own_prefill() -> None:
     samples = [Sample(220.0, 64, 80.0, 212.5), Sample(230.0, 64, 80.0, 221.0)]
     assert _summary("zest", 1, samples, 2.0).overhead_p50_ms == 8.25
     assert _summary("llama_cpp.server", 1, [Sample(220.0, 64, 80.0)], 1.0).overhead_p50_ms is None
+
+
+def test_a_streamed_answer_is_read_event_by_event() -> None:
+    # The gateway's own framing (several events in one read, a usage chunk without choices,
+    # [DONE]) read by the bench's client: three tokens, timed from the first.
+    frames = [
+        {"choices": [{"delta": {"role": "assistant", "content": ""}}]},
+        {"choices": [{"delta": {"content": "Hel"}}]},
+        {"choices": [{"delta": {"content": "lo"}}]},
+        {"choices": [{"delta": {"content": "!"}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"completion_tokens": 3}},
+    ]
+    body = "".join(f"data: {json.dumps(frame)}\n\n" for frame in frames) + "data: [DONE]\n\n"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.headers["accept"] == "text/event-stream"
+        headers = {"content-type": "text/event-stream", "x-zest-pipeline": "prefill=cpu 9.5ms"}
+        return httpx.Response(200, headers=headers, content=body.encode())
+
+    async def run() -> Sample:
+        transport = httpx.MockTransport(answer)
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await _stream(client, "http://zest/v1/chat/completions", {})
+
+    sample = asyncio.run(run())
+    assert (sample.tokens, sample.engine_prefill_ms) == (3, 9.5)
