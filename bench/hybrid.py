@@ -101,9 +101,11 @@ def started(task: asyncio.Task[Trace]) -> bool:
     return bool(getattr(task, "trace", None) and task.trace.times)  # type: ignore[attr-defined]
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+def pct(values: list[float], percent: int) -> float:
+    """As zest bench computes it: statistics' inclusive percentiles (p50 is the median)."""
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
 
 
 def main() -> None:
@@ -183,7 +185,7 @@ def report(
     )
     for name, itl in gaps.items():
         print(
-            f"{name:<24} {pct(itl, 0.5):>11.1f} {pct(itl, 0.99):>11.1f} "
+            f"{name:<24} {pct(itl, 50):>11.1f} {pct(itl, 99):>11.1f} "
             f"{len(itl):>6} {med(ttfts[name]):>17.1f}"
         )
 

@@ -58,9 +58,12 @@ class Level:
 _PREFILL = re.compile(r"prefill=\S+ ([0-9.]+)ms")
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+def percentile(values: list[float], percent: int) -> float:
+    """The `percent`th percentile (1 to 99), interpolated between the samples around it
+    (statistics' inclusive method: p50 is the median)."""
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
 
 
 async def _stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Sample:
@@ -117,8 +120,8 @@ def _summary(server: str, concurrency: int, samples: list[Sample], wall: float) 
     return Level(
         server,
         concurrency,
-        _pct(ttfts, 0.5),
-        _pct(ttfts, 0.95),
+        percentile(ttfts, 50),
+        percentile(ttfts, 95),
         statistics.median(s.decode_tps for s in samples),
         sum(s.tokens for s in samples) / wall,  # every round's tokens over every round's time
         statistics.median(overheads) if overheads else None,
@@ -280,7 +283,7 @@ def run_bench(
     report = {
         "levels": [asdict(level) for level in results],
         "raw_llama_cpp": {
-            "ttft_p50_ms": _pct([s.ttft_ms for s in raw], 0.5),
+            "ttft_p50_ms": statistics.median(s.ttft_ms for s in raw),
             "decode_tps_p50": statistics.median(s.decode_tps for s in raw),
         },
         "prefix_cache": {"cold_ttft_ms": cold, "warm_ttft_ms": warm},

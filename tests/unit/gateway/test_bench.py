@@ -7,8 +7,17 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
-from zest.gateway.cli._bench import _PREFILL, Sample, _question, _routes_file, _stream, _summary
+from zest.gateway.cli._bench import (
+    _PREFILL,
+    Sample,
+    _question,
+    _routes_file,
+    _stream,
+    _summary,
+    percentile,
+)
 from zest.router import LlamaCppModel, load_routes
 
 
@@ -72,3 +81,12 @@ def test_a_streamed_answer_is_read_event_by_event() -> None:
 
     sample = asyncio.run(run())
     assert (sample.tokens, sample.engine_prefill_ms) == (3, 9.5)
+
+
+def test_percentiles_interpolate_between_samples() -> None:
+    ttfts = [float(n) for n in range(1, 21)]  # 1 .. 20 ms
+    assert percentile(ttfts, 50) == 10.5  # the median
+    assert percentile(ttfts, 95) == pytest.approx(19.05)
+    assert percentile([7.0], 95) == 7.0
+    level = _summary("zest", 20, [Sample(t, 8, 40.0) for t in ttfts], 1.0)
+    assert (level.ttft_p50_ms, level.ttft_p95_ms) == (10.5, pytest.approx(19.05))
