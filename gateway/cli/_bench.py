@@ -12,18 +12,17 @@ import os
 import re
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 from httpx_sse import aconnect_sse
+
+from zest.gateway.cli._spawn import serving, zest_command
 
 __all__ = ["run_bench"]
 
@@ -136,27 +135,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@contextmanager
-def _serve(command: list[str], port: int, log: Path, health: str) -> Iterator[str]:
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"{command[0]} exited; see {log}")
-            try:
-                if httpx.get(base + health, timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        yield base + "/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
 def _routes_file(model: Path, threads: int, folder: Path) -> Path:
     """Two entries on the same file: the concurrency levels run without the prefix cache (its
     kept cells would sit in every decode step's attention), the prefix measure with it."""
@@ -230,16 +208,10 @@ def run_bench(
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         zest_port, peer_port = _free_port(), _free_port()
-        zest_cmd = [
-            str(Path(sys.executable).with_name("zest")),
-            "serve",
-            "--routes",
-            str(_routes_file(model, threads, folder)),
-            "--port",
-            str(zest_port),
-            "--log-level",
-            "warning",
-        ]
+        routes = _routes_file(model, threads, folder)
+        zest_cmd = zest_command(
+            "serve", "--routes", str(routes), "--port", str(zest_port), "--log-level", "warning"
+        )
         peer_cmd = [
             sys.executable,
             "-m",
@@ -259,9 +231,11 @@ def run_bench(
             "--port",
             str(peer_port),
         ]
+        zest_base, peer_base = f"http://127.0.0.1:{zest_port}", f"http://127.0.0.1:{peer_port}"
+        zest, peer = f"{zest_base}/v1", f"{peer_base}/v1"
         with (
-            _serve(zest_cmd, zest_port, out / "zest.log", "/api/v1/ready") as zest,
-            _serve(peer_cmd, peer_port, out / "llama_cpp_server.log", "/v1/models") as peer,
+            serving(zest_cmd, f"{zest_base}/api/v1/ready", out / "zest.log", name="zest serve"),
+            serving(peer_cmd, f"{peer}/models", out / "llama_cpp_server.log", name="peer"),
         ):
             for base, model_name in ((zest, "chat"), (peer, "bench")):
                 asyncio.run(_level(base, model_name, 1, 8))  # untimed: first-request costs
