@@ -20,6 +20,7 @@ from zest.engines._base import (
     engine_factory,
     register_engine,
 )
+from zest.engines._baseline import raw_llama_cpp
 from zest.engines._devices import Inventory, Probe, detect_inventory, parse_emulation
 from zest.engines._llamacpp import LlamaCppEngine
 from zest.engines._onnx_genai import OnnxGenaiEngine
@@ -62,6 +63,7 @@ __all__ = [
     "hf_hub_cache_dir",
     "parse_emulation",
     "privacy_is_strict",
+    "raw_llama_cpp",
     "register_engine",
     "resolve_source",
     "zest_cache_dir",

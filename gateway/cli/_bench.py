@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
+from zest.engines import raw_llama_cpp
 from zest.gateway.cli._spawn import serving, zest_command
 
 __all__ = ["run_bench"]
@@ -153,27 +154,16 @@ def _routes_file(model: Path, threads: int, folder: Path) -> Path:
 
 def _raw_llama(model: Path, threads: int, max_tokens: int, rounds: int) -> list[Sample]:
     """The same request through llama-cpp-python in process: the floor for gateway overhead."""
-    import llama_cpp
-
-    llm: Any = llama_cpp.Llama(
-        str(model), n_ctx=4096, n_threads=threads, flash_attn=True, verbose=False
-    )
     samples = []
-    for round_number in range(rounds + 1):  # round 0 is untimed: first-call costs
-        start, times = time.perf_counter(), []
-        for chunk in llm.create_chat_completion(
-            [{"role": "user", "content": _question()}],
-            max_tokens=max_tokens,
-            temperature=0,
-            stream=True,
-        ):
-            if chunk["choices"][0]["delta"].get("content"):
+    with raw_llama_cpp(model, threads=threads) as chat:
+        for round_number in range(rounds + 1):  # round 0 is untimed: first-call costs
+            start, times = time.perf_counter(), []
+            for _ in chat([{"role": "user", "content": _question()}], max_tokens):
                 times.append(time.perf_counter())
-        span = times[-1] - times[0]
-        if round_number:
-            samples.append(Sample((times[0] - start) * 1000, len(times), (len(times) - 1) / span))
-        llm.reset()  # no prefix reuse between rounds: each measures a full prefill
-    llm.close()
+            span = times[-1] - times[0]
+            if round_number:
+                ttft = (times[0] - start) * 1000
+                samples.append(Sample(ttft, len(times), (len(times) - 1) / span))
     return samples
 
 
