@@ -1,5 +1,6 @@
-"""Finding a model from its routes.yaml `source`: a path, pkg:DIST/FILE, hf:ORG/REPO/FILE or
-cache:NAME (a folder or file in zest's own cache, `$ZEST_CACHE/models/NAME`).
+"""Finding a model from its routes.yaml `source`: a path, pkg:DIST/FILE, hf:ORG/REPO/FILE (in
+huggingface_hub's cache, at the entry's `revision`) or cache:NAME (a folder or file in zest's
+own cache, `$ZEST_CACHE/models/NAME`).
 
 Nothing is downloaded here: a missing file is an error that says how to get it.
 """
@@ -15,12 +16,16 @@ from zest.errors import ModelFileMissingError
 __all__ = ["ModelFileMissingError", "hf_hub_cache_dir", "resolve_source", "zest_cache_dir"]
 
 
-def resolve_source(source: str, base_dir: Path) -> Path:
-    """The local file for `source`; relative paths start at the routes file's folder."""
+def resolve_source(source: str, base_dir: Path, revision: str | None = None) -> Path:
+    """The local file for `source`; relative paths start at the routes file's folder.
+
+    `revision` (a model entry's `revision:`) is the branch, tag or commit of an hf: source
+    (default: main); other sources have none.
+    """
     if source.startswith("pkg:"):
         return _from_package(source)
     if source.startswith("hf:"):
-        return _from_hf_cache(source)
+        return _from_hf_cache(source, revision)
     if source.startswith("cache:"):
         return _from_zest_cache(source)
     path = Path(os.path.expanduser(source))
@@ -53,15 +58,22 @@ def _from_package(source: str) -> Path:
     )
 
 
-def _from_hf_cache(source: str) -> Path:
+def _from_hf_cache(source: str, revision: str | None) -> Path:
+    """The file as huggingface_hub's cache holds it for that revision (a branch or tag through
+    its ref, or a commit), read from disk only: nothing is downloaded here."""
+    from huggingface_hub import try_to_load_from_cache
+
     org, repo, file = source.removeprefix("hf:").split("/", 2)
-    snapshots = hf_hub_cache_dir() / f"models--{org}--{repo}" / "snapshots"
-    candidates = sorted(snapshots.glob(f"*/{file}"), key=lambda p: p.stat().st_mtime)
-    if candidates:
-        return candidates[-1]
+    cache = hf_hub_cache_dir()
+    found = try_to_load_from_cache(
+        f"{org}/{repo}", file, cache_dir=cache, revision=revision or "main"
+    )
+    if isinstance(found, str):
+        return Path(found)
+    at, pull = (f" at revision {revision!r}", f" --revision {revision}") if revision else ("", "")
     raise ModelFileMissingError(
-        f"model {source}: not found in the Hugging Face cache ({snapshots}): download it with "
-        f"`zest models pull {source}` or point source at a local file"
+        f"model {source}{at}: not found in the Hugging Face cache ({cache}): download it with "
+        f"`zest models pull {source}{pull}` or point source at a local file"
     )
 
 

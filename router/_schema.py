@@ -9,7 +9,7 @@ import re
 import typing
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 __all__ = [
     "DEVICES",
@@ -102,6 +102,8 @@ class _ModelBase(_Strict):
     keep_alive: float | None = None
     # Never unloaded by the max_loaded_models cap or keep_alive (an explicit unload still works).
     pinned: bool = False
+    # hf: sources only: the branch, tag or commit of the Hub repository (default: main).
+    revision: str | None = Field(default=None, min_length=1)
 
     @field_validator("keep_alive", mode="before")
     @classmethod
@@ -118,6 +120,17 @@ class _ModelBase(_Strict):
         if not source.strip():
             raise ValueError("empty source: give a file path, pkg:DIST/FILE or hf:ORG/REPO/FILE")
         return source
+
+    @field_validator("revision")
+    @classmethod
+    def _check_revision(cls, revision: str | None, info: ValidationInfo) -> str | None:
+        source = info.data.get("source")
+        if revision is not None and source is not None and not source.startswith("hf:"):
+            raise ValueError(
+                f"revision is for hf:ORG/REPO/FILE sources, and source is {source!r}: "
+                "remove revision"
+            )
+        return revision
 
 
 class LlamaCppModel(_ModelBase):

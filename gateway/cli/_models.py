@@ -106,7 +106,7 @@ def _row(model_id: str, model: ModelConfig, base_dir: Path) -> ModelRow:
         return ModelRow(model_id, model.engine, f"{model.base_url} ({model.model})", "remote")
     row = ModelRow(model_id, model.engine, model.source, "missing")
     try:
-        path = resolve_source(model.source, base_dir)
+        path = resolve_source(model.source, base_dir, model.revision)
     except ModelFileMissingError as exc:
         row.problem = str(exc)
         return row
