@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from zest.errors import ConfigError, ZestError
 from zest.gateway.cli._eval import add_eval_command
+from zest.gateway.cli._init import ROUTES_HELP, add_init_command, routes_file
 from zest.gateway.cli._models import add_models_command
 from zest.gateway.cli._tables import print_table
 from zest.gateway.serving import Settings
@@ -43,18 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="serve the routes file over HTTP")
-    serve.add_argument(
-        "--routes", type=Path, help="routes file (default: $ZEST_ROUTES or routes.yaml)"
-    )
+    serve.add_argument("--routes", type=Path, help=ROUTES_HELP)
     serve.add_argument("--host", help="address to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to bind (default: 8000)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_serve)
 
     check = commands.add_parser("check", help="validate a routes file and print its routes")
-    check.add_argument(
-        "file", nargs="?", type=Path, help="routes file (default: $ZEST_ROUTES or routes.yaml)"
-    )
+    check.add_argument("file", nargs="?", type=Path, help=ROUTES_HELP)
     check.set_defaults(func=_check)
     explain = commands.add_parser("explain", help="show the plan for a task without running it")
     explain.add_argument("task", help="a task name of the routes file")
@@ -65,9 +62,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="plan for a prompt of N tokens (auto routes depend on it)",
     )
-    explain.add_argument("--routes", type=Path, help="routes file (default: routes.yaml)")
+    explain.add_argument("--routes", type=Path, help=ROUTES_HELP)
     explain.add_argument("--json", action="store_true", help="print the plan as JSON")
     explain.set_defaults(func=_explain)
+    add_init_command(commands)
     add_models_command(commands)
     add_eval_command(commands)
 
@@ -111,7 +109,7 @@ def _explain(args: argparse.Namespace) -> int:
     from zest.gateway.serving import explain_task, format_explanation
 
     settings = _settings(routes=args.routes)
-    routes = load_routes(settings.routes)
+    routes = load_routes(routes_file(settings.routes))
     inventory = detect_inventory(settings.emulate_devices)
     explained = explain_task(
         routes.config,
@@ -138,7 +136,7 @@ def _settings(**overrides: object) -> Settings:
 
 
 def _check(args: argparse.Namespace) -> int:
-    loaded = load_routes(_settings(routes=args.file).routes)
+    loaded = load_routes(routes_file(_settings(routes=args.file).routes))
     _print_routes(loaded)
     config = loaded.config
     print(f"\n{loaded.path}: OK ({len(config.routes)} routes, {len(config.models)} models)")
@@ -180,7 +178,7 @@ def _serve(args: argparse.Namespace) -> int:
     if warning := exposure_warning(settings.host, settings.port, policy):
         log.warning(warning)
     runtime = Runtime(
-        load_routes(settings.routes),
+        load_routes(routes_file(settings.routes)),
         detect_inventory(settings.emulate_devices),
         strict_privacy=settings.privacy == "strict",
     )

@@ -13,6 +13,7 @@ import httpx
 
 from zest.engines import resolve_source
 from zest.errors import ModelFileMissingError, ZestError
+from zest.gateway.cli._init import ROUTES_HELP, routes_file
 from zest.gateway.cli._progress import human_size
 from zest.gateway.cli._pull import disk_size, pull
 from zest.gateway.cli._tables import print_table
@@ -41,9 +42,7 @@ def add_models_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
     actions = models.add_subparsers(required=True, metavar="ACTION")
 
     listing = actions.add_parser("list", help="each model: file present?, size, routes using it")
-    listing.add_argument(
-        "--routes", type=Path, help="routes file (default: $ZEST_ROUTES or routes.yaml)"
-    )
+    listing.add_argument("--routes", type=Path, help=ROUTES_HELP)
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.add_argument("--url", help="also ask this running gateway what it has loaded")
     listing.add_argument("--api-key", help="the gateway's API key (default: $ZEST_API_KEY)")
@@ -70,7 +69,8 @@ def _pull(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    routes = load_routes(args.routes or os.environ.get("ZEST_ROUTES") or "routes.yaml")
+    given = args.routes or os.environ.get("ZEST_ROUTES")
+    routes = load_routes(routes_file(Path(given) if given else None))
     rows = model_rows(routes)
     if args.url:
         _add_loaded(rows, args.url, args.api_key or os.environ.get("ZEST_API_KEY"))

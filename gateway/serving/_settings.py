@@ -14,7 +14,8 @@ __all__ = ["Settings"]
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ZEST_", extra="forbid")
 
-    routes: Path = Path("routes.yaml")
+    # None: ./routes.yaml if there, else the default shipped in the package (see zest.gateway.cli).
+    routes: Path | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -1,4 +1,5 @@
-"""The `zest` command: check prints the routes or the errors; serve refuses a broken setup."""
+"""The `zest` command: check prints the routes or the errors; serve refuses a broken setup;
+without a routes file both read the packaged default, which `zest init` writes out."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import httpx
+
 from tests.e2e.conftest import REPO, free_port, run_zest
+from zest.gateway.cli._spawn import serving, zest_command
 
 
 def zest(
@@ -142,3 +146,47 @@ def test_explain_exits_1_when_the_route_cannot_run_here() -> None:
         " false: declare the device (ZEST_EMULATE_DEVICES, e.g. npu=cpu:1, for an emulated one) "
         "or change routes.autocomplete.device",
     ]
+
+
+def without_routes_setting() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "ZEST_ROUTES"}
+
+
+PACKAGED_NOTE = "no routes file given (--routes, ZEST_ROUTES) and no ./routes.yaml: using the "
+
+
+def test_check_without_a_routes_file_reads_the_packaged_default(tmp_path: Path) -> None:
+    result = run_zest("check", cwd=tmp_path, env=without_routes_setting())
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith(f"{PACKAGED_NOTE}packaged default ")
+    assert result.stderr.strip().endswith("(`zest init` writes it out for editing)")
+    assert result.stdout.splitlines()[1].split()[:3] == ["chat", "chat", "smollm2"]
+    assert result.stdout.splitlines()[-1].endswith("routes.yaml: OK (3 routes, 1 models)")
+
+
+def test_serve_without_a_routes_file_serves_the_packaged_default(tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "zest.log"
+    with serving(
+        zest_command("serve", "--port", str(port)),
+        f"http://127.0.0.1:{port}/api/v1/ready",
+        log,
+        env={**without_routes_setting(), "ZEST_WATCH": "false"},
+        cwd=tmp_path,
+    ):
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
+    assert {model["id"] for model in models["data"]} == {"chat", "autocomplete", "summarization"}
+    assert f"WARNING zest: {PACKAGED_NOTE}packaged default " in log.read_text()
+
+
+def test_init_writes_a_routes_file_that_check_then_reads(tmp_path: Path) -> None:
+    env = without_routes_setting()
+    written = run_zest("init", cwd=tmp_path, env=env)
+    assert written.returncode == 0, written.stderr
+    assert (tmp_path / "routes.yaml").read_text() == (REPO / "routes.yaml").read_text()
+    checked = run_zest("check", cwd=tmp_path, env=env)
+    assert checked.stderr == ""
+    assert checked.stdout.splitlines()[-1] == f"{tmp_path / 'routes.yaml'}: OK (3 routes, 1 models)"
+    again = run_zest("init", cwd=tmp_path, env=env)
+    assert again.returncode == 1
+    assert again.stderr == "zest: routes.yaml already exists: pass --force to overwrite it\n"
