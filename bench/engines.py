@@ -21,13 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# Python puts this file's folder first on the path, where this very file would shadow the
-# `engines` package: put the repository there instead.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
-
-from zest.engines import Engine, GenerationJob, create_engine  # noqa: E402
-from zest.engines.convert import MODEL_NAME  # noqa: E402
-from zest.router import LlamaCppModel, LlamaCppOptions, OnnxGenaiModel, OnnxGenaiOptions  # noqa: E402
+from zest.engines import Engine, GenerationJob, create_engine
+from zest.engines.convert import MODEL_NAME
+from zest.router import LlamaCppModel, LlamaCppOptions, OnnxGenaiModel, OnnxGenaiOptions
 
 PROMPT_SIZES = (128, 1024)
 # Each run's prompt opens with its own word: llama.cpp reuses the KV cache of a shared prefix

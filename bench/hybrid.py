@@ -15,12 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zest.engines import Engine, GenerationJob, create_engine
 from zest.router import Device, LlamaCppModel, Placement, load_routes
