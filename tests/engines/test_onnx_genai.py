@@ -62,15 +62,21 @@ def test_tokens_outside_the_vocabulary_are_refused_before_onnx_runtime_reads_the
     )
 
 
-def test_sampling_differs_from_greedy_and_seeds_differ(engine: OnnxGenaiEngine) -> None:
-    def text(**overrides: object) -> str:
-        return text_of(
-            collect(engine, job_for(engine, "Tell a story.", max_tokens=24, **overrides))
-        )
+def sample(engine: OnnxGenaiEngine, **overrides: object) -> str:
+    return text_of(collect(engine, job_for(engine, "Tell a story.", max_tokens=24, **overrides)))
 
-    greedy = text()
-    samples = {text(temperature=1.0, seed=seed) for seed in (1, 2, 3)}
-    assert len(samples | {greedy}) > 1
+
+def test_sampling_differs_from_greedy_and_seeds_differ(engine: OnnxGenaiEngine) -> None:
+    greedy = sample(engine)
+    samples = [sample(engine, temperature=1.0, top_k=0, seed=seed) for seed in (1, 2, 3)]
+    assert len(set(samples)) > 1  # random_seed reaches the generator
+    assert any(s != greedy for s in samples)  # do_sample and temperature do too
+    assert sample(engine, temperature=1.0, top_k=0, seed=2) == samples[1]  # and it repeats
+
+
+def test_a_tiny_top_p_leaves_only_the_greedy_token(engine: OnnxGenaiEngine) -> None:
+    greedy = sample(engine)
+    assert {sample(engine, temperature=1.0, top_p=0.01, seed=s) for s in (1, 2, 3)} == {greedy}
 
 
 def test_a_device_without_its_provider_is_refused_never_run_on_the_cpu() -> None:
