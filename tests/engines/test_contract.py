@@ -59,11 +59,51 @@ def test_greedy_generation_is_deterministic(engine: Engine) -> None:
     assert first[-1].completion_tokens == second[-1].completion_tokens
 
 
-def test_the_same_seed_gives_the_same_sample(engine: Engine) -> None:
-    def sample() -> str:
-        return text_of(collect(engine, job_for(engine, "Tell a story.", temperature=1.0, seed=7)))
+def story(engine: Engine, **sampling: object) -> str:
+    """24 tokens of a story: an open prompt, where sampling has many tokens to choose from."""
+    return text_of(collect(engine, job_for(engine, "Tell a story.", max_tokens=24, **sampling)))
 
-    assert sample() == sample()
+
+SEEDS = (1, 2, 3, 4)
+
+
+def test_the_same_seed_gives_the_same_sample(engine: Engine) -> None:
+    assert story(engine, temperature=1.0, seed=7) == story(engine, temperature=1.0, seed=7)
+
+
+def test_temperature_zero_is_greedy_whatever_the_seed(engine: Engine) -> None:
+    greedy = story(engine)
+    assert {story(engine, temperature=0.0, seed=seed) for seed in SEEDS} == {greedy}
+
+
+def test_a_high_temperature_samples_differently_per_seed(engine: Engine) -> None:
+    greedy = story(engine)
+    samples = [story(engine, temperature=1.5, top_k=0, seed=seed) for seed in SEEDS]
+    assert len(set(samples)) > 1  # the seed takes effect
+    assert any(sample != greedy for sample in samples)  # so does the temperature
+
+
+def test_top_k_one_is_greedy_at_any_temperature(engine: Engine) -> None:
+    greedy = story(engine)
+    assert {story(engine, temperature=1.5, top_k=1, seed=seed) for seed in SEEDS} == {greedy}
+
+
+def test_a_repeat_penalty_changes_a_repetitive_answer(engine: Engine) -> None:
+    def count(**sampling: object) -> str:
+        job = job_for(engine, "Count from 1 to 30.", max_tokens=40, **sampling)
+        return text_of(collect(engine, job))
+
+    plain = count()
+    assert len(set(plain)) < len(plain) / 3  # a few characters, repeated: digits, separators
+    assert count(repeat_penalty=1.8) != plain
+
+
+def test_presence_and_frequency_penalties_take_effect(engine: Engine) -> None:
+    if engine.name == "onnx-genai":
+        pytest.skip("onnxruntime-genai has no presence or frequency penalty")
+    plain = story(engine)
+    assert story(engine, presence_penalty=1.5) != plain
+    assert story(engine, frequency_penalty=1.5) != plain
 
 
 def test_max_tokens_is_exact(engine: Engine) -> None:
