@@ -44,12 +44,14 @@ def test_without_a_total_bytes_are_shown() -> None:
 
 def test_a_failed_transfer_leaves_no_line() -> None:
     log = io.StringIO()
-    with (
-        pytest.raises(OSError, match="disk full"),
-        Transfer("copying m", 10, Console(file=log)) as progress,
-    ):
-        progress.update(5)
-        raise OSError("disk full")
+
+    def copy() -> None:
+        with Transfer("copying m", 10, Console(file=log)) as progress:
+            progress.update(5)
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        copy()
     assert log.getvalue() == ""
 
 
