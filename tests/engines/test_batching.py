@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import pytest
 
-from tests.engines.conftest import collect, job_for, load_smollm2, stream_all, text_of
+from tests.engines.conftest import (
+    collect,
+    completion_job,
+    job_for,
+    load_smollm2,
+    stream_all,
+    text_of,
+)
 from tests.engines.test_hybrid import PROMPTS
 from zest.engines import Delta, Engine, GenerationJob
 from zest.router import Device, Placement
@@ -111,10 +117,7 @@ def chat_job(engine: Engine, question: str) -> GenerationJob:
     prompt = engine.render_chat(
         [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
     )
-    return dataclasses.replace(
-        job_for(engine, "x", max_tokens=8),
-        prompt_tokens=tuple(engine.tokenize(prompt, add_special=False)),
-    )
+    return completion_job(engine, prompt, max_tokens=8)
 
 
 def test_a_shared_system_prompt_is_prefilled_once(engine: Engine) -> None:
