@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -59,7 +59,7 @@ class CountingEngine(Engine):
     def render_chat(self, messages: list[Message]) -> str:
         return ""
 
-    async def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+    async def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         yield Delta(text="x", finish_reason="stop", completion_tokens=1)
 
     def pending(self) -> int:
