@@ -22,13 +22,19 @@ class StopMatcher:
         if self.stopped:
             return ""
         text = self._pending + piece
-        cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        if (cut := self._first_completed(text)) is not None:
             self.stopped, self._pending = True, ""
             return text[:cut]
         keep = self._held_back_length(text)
         self._pending = text[len(text) - keep :] if keep else ""
         return text[: len(text) - keep]
+
+    def _first_completed(self, text: str) -> int | None:
+        """Where the stop that completes first in `text` starts (as if generated character by
+        character, so that the answer never depends on how the text was chunked); at equal
+        ends, the longer stop."""
+        found = [(i + len(s), i) for s in self._stops if (i := text.find(s)) >= 0]
+        return min(found)[1] if found else None
 
     def flush(self) -> str:
         """At the end of generation: release what was held back (no stop followed)."""

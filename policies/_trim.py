@@ -156,6 +156,8 @@ def _turns(messages: Sequence[Message]) -> list[list[int]]:
 
 def _trim_middle(messages: list[Message], count: Counter, limit: int) -> Fitted | None:
     """Keep as much of the newest input's head and tail as fits (binary search on characters)."""
+    if all(m["role"] in _SYSTEM_ROLES for m in messages):
+        return None  # only system messages, which are never cut: nothing to trim
     cut = _MiddleCut(messages, count)
     before = count(messages)
     # Search with the largest marker number (the real one is never larger), then write it.

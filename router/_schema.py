@@ -5,6 +5,7 @@ Everything is validated at load; nothing about the file is checked per request.
 
 from __future__ import annotations
 
+import math
 import re
 import typing
 from typing import Annotated, Any, ClassVar, Literal
@@ -81,6 +82,8 @@ def parse_duration(value: object) -> float | None:
     if isinstance(value, bool):
         raise ValueError("keep_alive must be a duration such as 30s, 10m or 1h")
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError("keep_alive must be a finite duration, or -1 / forever")
         if value < 0:
             raise ValueError("keep_alive must be >= 0 seconds, or -1 / forever to never unload")
         return float(value)

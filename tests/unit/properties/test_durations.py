@@ -67,14 +67,10 @@ def test_anything_else_is_a_value_error_never_another_exception(value: object) -
         assert "keep_alive" in str(error)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="router/_schema.py parse_duration: a float NaN is accepted as keep_alive "
-    "(`value < 0` is False for NaN), so a model would be unloaded at an undefined time",
-)
-def test_not_a_number_is_refused() -> None:
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_not_a_finite_number_is_refused(value: float) -> None:
     with pytest.raises(ValueError, match="keep_alive"):
-        parse_duration(math.nan)
+        parse_duration(value)
 
 
 # Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date; the remote engine honours it.

@@ -119,21 +119,7 @@ def test_middle_trimming_fits_and_keeps_the_head_and_tail_of_the_newest_input(
         assert long.endswith(tail.split(" tokens trimmed …] ", 1)[1])
 
 
-@pytest.mark.parametrize(
-    "trim",
-    [
-        "turns",
-        pytest.param(
-            "middle",
-            marks=pytest.mark.xfail(
-                raises=ValueError,
-                strict=True,
-                reason="policies/_trim.py _MiddleCut: max() of no non-system message raises "
-                "ValueError instead of ContextLengthExceededError",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("trim", ["turns", "middle"])
 def test_only_system_messages_over_the_limit_are_refused_with_the_numbers(
     trim: Literal["turns", "middle"],
 ) -> None:
