@@ -14,7 +14,7 @@ import httpx
 
 from zest.errors import CommandError
 
-__all__ = ["serving", "zest_command"]
+__all__ = ["serving", "spawn", "stop", "zest_command"]
 
 _POLL_S = 0.1
 
@@ -39,15 +39,35 @@ def serving(
     `probe_url` answers 200 (for zest, /api/v1/ready: the models are loaded). A process that
     exits first, or does not answer within `timeout_s`, is an error that names its log.
     `name` says which server it is in that error (default: the program's name)."""
+    process = spawn(command, probe_url, log, name=name, timeout_s=timeout_s, env=env, cwd=cwd)
+    try:
+        yield process
+    finally:
+        stop(process)
+
+
+def spawn(
+    command: Sequence[str],
+    probe_url: str,
+    log: Path,
+    *,
+    name: str | None = None,
+    timeout_s: float = 180.0,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start `command` and return it once `probe_url` answers 200 (see `serving`); the caller
+    stops it with `stop`. A failure to answer stops it before raising."""
     with log.open("wb") as out:  # the child keeps its own descriptor
         process = subprocess.Popen(
             list(command), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd
         )
     try:
         _wait_until_answering(process, name or Path(command[0]).name, probe_url, log, timeout_s)
-        yield process
-    finally:
-        _stop(process)
+    except BaseException:
+        stop(process)
+        raise
+    return process
 
 
 def _wait_until_answering(
@@ -66,7 +86,8 @@ def _wait_until_answering(
     raise CommandError(f"{name} did not answer {probe_url} within {timeout_s:.0f}s: see {log}")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Terminate, then kill if it has not exited within 15 s."""
     process.terminate()
     try:
         process.wait(timeout=15)

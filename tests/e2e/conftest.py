@@ -17,6 +17,9 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
+from zest.errors import CommandError
+from zest.gateway.cli._spawn import spawn, stop
+
 REPO = Path(__file__).resolve().parents[2]
 ZEST = Path(sys.executable).with_name("zest")
 
@@ -87,31 +90,13 @@ def spawn_until_answering(
 ) -> subprocess.Popen[bytes]:
     """Start `command` with its output in `log_path`; return once `probe_url` answers 200.
     A process that exits, or never answers within two minutes, fails with its log."""
-    with log_path.open("wb") as log:  # the child keeps its own descriptor
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(
-                f"{command[0]} exited with {process.returncode}:\n{log_path.read_text()}"
-            )
-        try:
-            if httpx.get(probe_url, timeout=1).status_code == 200:
-                return process
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise AssertionError(f"{command[0]} never answered {probe_url}:\n{log_path.read_text()}")
-
-
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
     try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        return spawn(command, probe_url, log_path, timeout_s=120, env=env, cwd=REPO)
+    except CommandError as exc:
+        raise AssertionError(f"{exc.message}:\n{log_path.read_text()}") from exc
+
+
+stop_process = stop
 
 
 def start_server(routes: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> Server:
