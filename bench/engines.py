@@ -98,7 +98,9 @@ def load_engines(threads: int) -> dict[str, Engine]:
 
 def prompt_of(engine: Engine, size: int, run: int) -> tuple[int, ...]:
     text = f"{OPENERS[run % len(OPENERS)]}. " + PASSAGE * (size // 40 + 2)
-    tokens = engine.tokenize(text, add_special=False)
+    tokenizer = engine.tokenizer()
+    assert tokenizer is not None, "the bench runs local engines"
+    tokens = tokenizer.tokenize(text, add_special=False)
     assert len(tokens) >= size, "PASSAGE repeated is too short for this prompt size"
     return tuple(tokens[:size])
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zest.engines import Engine, GenerationJob, create_engine
+from zest.engines import Engine, GenerationJob, Prompt, create_engine
 from zest.router import Device, LlamaCppModel, Placement, load_routes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,11 +35,16 @@ def model_config() -> tuple[LlamaCppModel, Path]:
     return base.model_copy(update={"context_length": 4096, "options": options}), routes.base_dir
 
 
+def chat_tokens(engine: Engine, content: str) -> tuple[int, ...]:
+    """One user message through the model's chat template, as the model's tokens."""
+    tokenizer = engine.tokenizer()
+    assert tokenizer is not None, "the bench runs local engines"
+    return tokenizer.encode(Prompt.chat([{"role": "user", "content": content}]))
+
+
 def prompt_of(engine: Engine, tokens: int, salt: str) -> tuple[int, ...]:
     words = " ".join(f"{salt} item {n} is on shelf {n % 7}." for n in range(tokens))
-    ids = engine.tokenize(
-        engine.render_chat([{"role": "user", "content": words}]), add_special=False
-    )
+    ids = chat_tokens(engine, words)
     return tuple(ids[: tokens - 8]) + tuple(ids[-8:])  # keep the assistant turn's opening
 
 
@@ -121,19 +126,7 @@ def main() -> None:
     any_engine = next(iter(engines.values()))
     prompt = prompt_of(any_engine, args.prompt_tokens, "a")
     long = prompt_of(any_engine, 2000, "c")
-    short = tuple(
-        any_engine.tokenize(
-            any_engine.render_chat(
-                [
-                    {
-                        "role": "user",
-                        "content": "Write a long numbered list of 300 fruits, one per line.",
-                    }
-                ]
-            ),
-            add_special=False,
-        )
-    )
+    short = chat_tokens(any_engine, "Write a long numbered list of 300 fruits, one per line.")
     single: dict[str, list[Trace]] = {name: [] for name in engines}
     gaps: dict[str, list[float]] = {name: [] for name in engines}
     ttfts: dict[str, list[float]] = {name: [] for name in engines}

@@ -1,9 +1,11 @@
-"""Engines that run models in process (llama.cpp, ONNX Runtime GenAI), behind one interface,
-and the device inventory.
+"""Engines that run models in process (llama.cpp, ONNX Runtime GenAI) or forward them (remote),
+behind one interface, and the device inventory.
 
-`create_engine` builds the engine a model's `engine:` key names, for one placement; heavy
-libraries are imported only when a model is loaded, and a missing one fails with the command to
-install it.
+Each kind routes.yaml declares (router's model classes) is registered here once: its engine
+factory, its tokenizer if it has a local one, what it can do. `create_engine` builds the engine
+a model's `engine:` key names, for one placement; `load_tokenizer` reads a model's tokenizer
+without loading it. Heavy libraries are imported only when a model (or its tokenizer) is
+loaded, and a missing one fails with the command to install it.
 """
 
 from __future__ import annotations
@@ -13,17 +15,23 @@ from pathlib import Path
 from zest.engines._base import (
     Delta,
     Engine,
+    EngineFactory,
     EngineInfo,
+    EngineKind,
     GenerationJob,
     Message,
+    Prompt,
     StageStats,
-    engine_factory,
+    Tokenizer,
+    TokenizerFactory,
+    engine_kind,
+    engine_kinds,
     register_engine,
 )
 from zest.engines._baseline import raw_llama_cpp
 from zest.engines._devices import Inventory, Probe, detect_inventory, parse_emulation
-from zest.engines._llamacpp import LlamaCppEngine
-from zest.engines._onnx_genai import OnnxGenaiEngine
+from zest.engines._llamacpp import LlamaCppEngine, LlamaCppTokenizer
+from zest.engines._onnx_genai import OnnxGenaiEngine, OnnxGenaiTokenizer
 from zest.engines._pool import (
     EngineKey,
     EnginePool,
@@ -36,31 +44,51 @@ from zest.engines._pool import (
 from zest.engines._remote import RemoteEngine, privacy_is_strict
 from zest.engines._sources import hf_hub_cache_dir, resolve_source, zest_cache_dir
 from zest.engines._stops import StopMatcher
-from zest.router import Device, ModelConfig, Placement, parse_device
+from zest.engines._tokenizers import clear_tokenizers, load_tokenizer
+from zest.router import (
+    Device,
+    LlamaCppModel,
+    ModelConfig,
+    OnnxGenaiModel,
+    Placement,
+    RemoteModel,
+    parse_device,
+)
 
 __all__ = [
     "Delta",
     "Engine",
+    "EngineFactory",
     "EngineInfo",
     "EngineKey",
+    "EngineKind",
     "EnginePool",
     "EngineSpec",
     "GenerationJob",
     "Inventory",
     "Lease",
     "LlamaCppEngine",
+    "LlamaCppTokenizer",
     "LoadedEngine",
     "Message",
     "ModelPolicy",
+    "OnnxGenaiEngine",
+    "OnnxGenaiTokenizer",
     "Probe",
+    "Prompt",
     "RemoteEngine",
     "StageStats",
     "StopMatcher",
+    "Tokenizer",
+    "TokenizerFactory",
+    "clear_tokenizers",
     "create_engine",
     "describe",
     "detect_inventory",
-    "engine_class",
+    "engine_kind",
+    "engine_kinds",
     "hf_hub_cache_dir",
+    "load_tokenizer",
     "parse_emulation",
     "privacy_is_strict",
     "raw_llama_cpp",
@@ -69,9 +97,17 @@ __all__ = [
     "zest_cache_dir",
 ]
 
-register_engine(LlamaCppEngine.name, LlamaCppEngine)
-register_engine(OnnxGenaiEngine.name, OnnxGenaiEngine)
-register_engine(RemoteEngine.name, RemoteEngine)
+register_engine(
+    EngineKind(
+        LlamaCppModel,
+        LlamaCppEngine,
+        LlamaCppTokenizer.load,
+        supports_split=True,
+        runs_emulated=True,
+    )
+)
+register_engine(EngineKind(OnnxGenaiModel, OnnxGenaiEngine, OnnxGenaiTokenizer.load))
+register_engine(EngineKind(RemoteModel, RemoteEngine))
 
 
 def create_engine(
@@ -83,18 +119,10 @@ def create_engine(
     """
     if isinstance(placement, str):
         placement = _real_placement(placement)
-    return engine_factory(config.engine)(model_id, config, base_dir, placement)
+    return engine_kind(config.engine).factory(model_id, config, base_dir, placement)
 
 
 def _real_placement(device: str) -> Placement:
     prefill, decode = parse_device(device) or ("cpu", "cpu")
     found = {name: Device(name, frozenset(), "named by the caller") for name in {prefill, decode}}
     return Placement(found[prefill], found[decode])
-
-
-def engine_class(name: str) -> type[Engine]:
-    """The registered engine class for `engine: name` (to ask what it supports)."""
-    factory = engine_factory(name)
-    if not isinstance(factory, type):
-        raise TypeError(f"engine {name!r} is registered with a factory, not a class")
-    return factory

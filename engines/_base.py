@@ -4,34 +4,120 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
-from zest.router import Placement
+from pydantic import BaseModel
+
+from zest.router import ENGINE_MODELS, Placement, kind_of
 
 __all__ = [
     "Delta",
     "Engine",
+    "EngineFactory",
     "EngineInfo",
+    "EngineKind",
     "GenerationJob",
     "Message",
+    "Prompt",
     "StageStats",
-    "engine_factory",
+    "Tokenizer",
+    "TokenizerFactory",
+    "engine_kind",
+    "engine_kinds",
     "register_engine",
 ]
 
 Message = dict[str, str]
 FinishReason = Literal["stop", "length", "cancelled"]
 Privacy = Literal["local_only", "allow_remote"]
+PromptKind = Literal["chat", "completion"]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What a request asks a model to continue, in the one form every engine takes: chat
+    messages (the engine renders them with its model's template) or a completion's text (one
+    user message whose content is the text, as the trimming policies measure it).
+
+    A local engine's tokens are computed once per tokenizer and cached here (`encode`);
+    `tokens` is set on the prompt a job hands to the engine that serves it (`encoded_by`).
+    """
+
+    kind: PromptKind
+    messages: tuple[Message, ...]
+    # The serving model's tokens, once encoded (None: not yet, or a remote engine's prompt).
+    tokens: tuple[int, ...] | None = None
+    _encodings: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def chat(cls, messages: Sequence[Mapping[str, str]]) -> Prompt:
+        return cls("chat", tuple(dict(m) for m in messages))
+
+    @classmethod
+    def completion(cls, text: str) -> Prompt:
+        return cls("completion", ({"role": "user", "content": text},))
+
+    @classmethod
+    def of_tokens(cls, tokens: Sequence[int]) -> Prompt:
+        """A prompt given as the model's tokens already (tests and benches)."""
+        return cls("completion", (), tuple(tokens))
+
+    @property
+    def text(self) -> str:
+        """A completion's text (the content of its one message)."""
+        return self.messages[0]["content"] if self.messages else ""
+
+    def with_messages(self, messages: Sequence[Mapping[str, str]]) -> Prompt:
+        """The same kind of prompt over other messages (a trimmed one); self when unchanged."""
+        same = len(messages) == len(self.messages) and all(
+            dict(a) == b for a, b in zip(messages, self.messages, strict=True)
+        )
+        return self if same else Prompt(self.kind, tuple(dict(m) for m in messages))
+
+    def encode(self, tokenizer: Tokenizer) -> tuple[int, ...]:
+        """The tokens `tokenizer` makes of this prompt: computed once, then remembered."""
+        if self.tokens is not None and not self.messages:
+            return self.tokens  # given as tokens
+        cached = self._encodings.get(tokenizer.key)
+        if cached is None:
+            cached = self._encodings[tokenizer.key] = tokenizer.encode(self)
+        return cached
+
+    def encoded_by(self, tokenizer: Tokenizer) -> Prompt:
+        """This prompt carrying `tokenizer`'s tokens: what a local engine's job holds."""
+        return replace(self, tokens=self.encode(tokenizer), _encodings=self._encodings)
+
+
+class Tokenizer(ABC):
+    """A local model's vocabulary and chat template: an optional capability of an engine kind,
+    loaded without the model's weights where the runtime allows (never a reason to load one)."""
+
+    # Names what these tokens are valid for: the model and its resolved source.
+    key: str
+
+    @abstractmethod
+    def render_chat(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """Apply the model's own chat template, ending with the assistant turn's opening."""
+
+    @abstractmethod
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        """Tokens of `text` with this model's tokenizer (special tokens parsed)."""
+
+    def encode(self, prompt: Prompt) -> tuple[int, ...]:
+        """A prompt's tokens: a chat through the template, a completion's text as it is."""
+        if prompt.kind == "completion":
+            return tuple(self.tokenize(prompt.text, add_special=True))
+        return tuple(self.tokenize(self.render_chat(prompt.messages), add_special=False))
 
 
 @dataclass(frozen=True)
 class GenerationJob:
-    """One generation request, already tokenized and budgeted."""
+    """One generation request, already budgeted: the prompt in its one form, and sampling."""
 
-    prompt_tokens: tuple[int, ...]
+    prompt: Prompt
     max_tokens: int
     temperature: float
     top_p: float
@@ -46,23 +132,35 @@ class GenerationJob:
     priority: int = 0
     # Names the request in engine logs (request id, task); never the prompt itself.
     label: str = ""
-    # What engines without a local tokenizer (remote) send: the chat messages, or the prompt.
-    messages: tuple[Message, ...] = field(default=(), compare=False)
-    text: str | None = None
     # The route's privacy: a remote engine refuses local_only jobs (the planner's second line).
     privacy: Privacy = "local_only"
-    cancelled: threading.Event = field(default_factory=threading.Event, compare=False, init=False)
+    # Shared by copies (dataclasses.replace): cancelling one cancels the generation.
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+    @property
+    def prompt_tokens(self) -> tuple[int, ...]:
+        """The serving model's tokens of the prompt (local engines; see Prompt.encoded_by)."""
+        if self.prompt.tokens is None:
+            raise ValueError("the job's prompt is not encoded for a local engine")
+        return self.prompt.tokens
 
     def cancel(self) -> None:
         self.cancelled.set()
 
+    def encoded_by(self, tokenizer: Tokenizer) -> GenerationJob:
+        """This job with its prompt in `tokenizer`'s tokens (itself when they are there):
+        a local engine encodes a prompt it was handed as messages or text."""
+        if self.prompt.tokens is not None:
+            return self
+        return replace(self, prompt=self.prompt.encoded_by(tokenizer))
+
     @classmethod
     def greedy(
-        cls, prompt_tokens: tuple[int, ...], *, max_tokens: int, label: str = ""
+        cls, prompt: Prompt | Sequence[int], *, max_tokens: int, label: str = ""
     ) -> GenerationJob:
         """A deterministic job (temperature 0, neutral penalties): what tests and benches run."""
         return cls(
-            prompt_tokens=prompt_tokens,
+            prompt=prompt if isinstance(prompt, Prompt) else Prompt.of_tokens(prompt),
             max_tokens=max_tokens,
             temperature=0.0,
             top_p=1.0,
@@ -132,18 +230,15 @@ class EngineInfo:
 
 
 class Engine(ABC):
-    """A loaded model able to count tokens and stream completions on its placement.
+    """A loaded model able to stream completions on its placement.
 
-    Implementations run generation off the event loop; `stream` is cancelled by closing it
-    (a disconnecting client) or by `GenerationJob.cancel`.
+    `stream` takes a job whose prompt is in its one form and renders what the engine needs
+    (a local engine encodes a prompt that carries no tokens yet with its own tokenizer).
+    Implementations run generation off the event loop; a stream is cancelled by closing it
+    (`aclose`, as for a disconnecting client) or by `GenerationJob.cancel`.
     """
 
     name: ClassVar[str]
-    # Whether this engine can run prefill and decode on two different devices.
-    supports_split: ClassVar[bool] = False
-    # False for engines without a local tokenizer (remote): budgets then use an approximate
-    # count (policies.approximate_tokens) and jobs carry messages/text instead of tokens.
-    has_tokenizer: ClassVar[bool] = True
     model_id: str
     placement: Placement
 
@@ -152,15 +247,11 @@ class Engine(ABC):
         """Load the model (blocking; the caller runs it in a thread)."""
 
     @abstractmethod
-    def render_chat(self, messages: list[Message]) -> str:
-        """Apply the model's own chat template, ending with the assistant turn's opening."""
+    def info(self) -> EngineInfo:
+        """What serves the model, as shown in logs, headers and listings."""
 
     @abstractmethod
-    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
-        """Tokens of `text` with this model's tokenizer (special tokens parsed)."""
-
-    @abstractmethod
-    def stream(self, job: GenerationJob) -> AsyncIterator[Delta]:
+    def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         """Generate; the final Delta has finish_reason set. Errors raise EngineError."""
 
     @abstractmethod
@@ -171,20 +262,66 @@ class Engine(ABC):
     async def close(self) -> None:
         """Stop the worker and free the model."""
 
+    def tokenizer(self) -> Tokenizer | None:
+        """The loaded model's tokenizer (None: the engine has none, as a remote upstream)."""
+        return None
 
-# (model id, model config, base dir of relative sources, placement)
-EngineFactory = Callable[[str, Any, Path, Any], Engine]
-_REGISTRY: dict[str, EngineFactory] = {}
+
+C_contra = TypeVar("C_contra", bound=BaseModel, contravariant=True)
+C = TypeVar("C", bound=BaseModel)
+
+
+class EngineFactory(Protocol[C_contra]):
+    """Builds the engine of one routes.yaml model entry on one placement (not loaded yet)."""
+
+    def __call__(
+        self, model_id: str, config: C_contra, base_dir: Path, placement: Placement, /
+    ) -> Engine: ...
+
+
+class TokenizerFactory(Protocol[C_contra]):
+    """Loads a model entry's tokenizer without its weights (blocking: run it in a thread)."""
+
+    def __call__(self, model_id: str, config: C_contra, base_dir: Path, /) -> Tokenizer: ...
+
+
+@dataclass(frozen=True)
+class EngineKind(Generic[C]):
+    """What the engines package adds to a kind the router declares (`config`, whose `engine`
+    literal names it): how to build its engine, its tokenizer if it has one, what it can do."""
+
+    config: type[C]
+    factory: EngineFactory[C]
+    # None: no local tokenizer (a remote upstream): budgets use an approximate count.
+    tokenizer: TokenizerFactory[C] | None = None
+    # Whether its engine can run prefill and decode on two different devices.
+    supports_split: bool = False
+    # Whether it runs on devices emulated on CPU threads (ZEST_EMULATE_DEVICES).
+    runs_emulated: bool = False
+
+    @property
+    def name(self) -> str:
+        return kind_of(self.config)
+
+
+_REGISTRY: dict[str, EngineKind[Any]] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
-def register_engine(name: str, factory: EngineFactory) -> None:
-    """Register the factory for `engine: name` in routes.yaml; duplicates are refused."""
+def register_engine(kind: EngineKind[Any]) -> None:
+    """Register the engines of a kind routes.yaml declares; duplicates are refused."""
+    if ENGINE_MODELS.get(kind.name) is not kind.config:
+        raise ValueError(f"engine {kind.name!r} is not a kind routes.yaml declares")
     with _REGISTRY_LOCK:
-        if name in _REGISTRY:
-            raise ValueError(f"engine {name!r} is already registered")
-        _REGISTRY[name] = factory
+        if kind.name in _REGISTRY:
+            raise ValueError(f"engine {kind.name!r} is already registered")
+        _REGISTRY[kind.name] = kind
 
 
-def engine_factory(name: str) -> EngineFactory:
+def engine_kind(name: str) -> EngineKind[Any]:
+    """The registered kind for `engine: name` in routes.yaml."""
     return _REGISTRY[name]
+
+
+def engine_kinds() -> tuple[EngineKind[Any], ...]:
+    return tuple(_REGISTRY.values())

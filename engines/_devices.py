@@ -17,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from zest.engines._base import engine_kinds
 from zest.errors import ConfigError
-from zest.router import Device
+from zest.router import Device, LlamaCppModel, OnnxGenaiModel, kind_of
 
 __all__ = ["Inventory", "Probe", "detect_inventory", "parse_emulation"]
 
@@ -48,6 +49,8 @@ CPU_FLAGS = (
     "asimd",
 )
 _EMULATION = re.compile(r"^(npu|gpu)=cpu:(\d+)$")
+# The kinds whose libraries the probes below ask (names from the router's declarations).
+_LLAMACPP, _ONNX_GENAI = kind_of(LlamaCppModel), kind_of(OnnxGenaiModel)
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def _emulated(name: str, threads: int) -> Device:
     plural = "s" if threads > 1 else ""
     return Device(
         name=name,
-        engines=frozenset({"llamacpp"}),
+        engines=frozenset(kind.name for kind in engine_kinds() if kind.runs_emulated),
         detected_by="emulated (ZEST_EMULATE_DEVICES)",
         detail=f"emulated on {threads} CPU thread{plural}: not a real {name}",
         emulated=True,
@@ -157,7 +160,7 @@ def _probe_cpu(found: dict[str, _Found], root: Path) -> Probe:
     flags = set(flags_line[1].split()) if flags_line else set()
     isa = [f for f in CPU_FLAGS if f in flags]
     detail = f"{model[1].strip() if model else 'CPU'}, {os.cpu_count()} cores, {' '.join(isa)}"
-    engine = "llamacpp" if importlib.util.find_spec("llama_cpp") else None
+    engine = _LLAMACPP if importlib.util.find_spec("llama_cpp") else None
     _note(found, "cpu", "/proc/cpuinfo", detail.strip(", "), engine)
     return Probe("/proc/cpuinfo", detail)
 
@@ -172,7 +175,7 @@ def _probe_llama_cpp(found: dict[str, _Found], root: Path) -> Probe:
     except Exception as exc:  # a broken build must not stop the gateway from starting
         return Probe("llama.cpp", f"error: {type(exc).__name__}: {exc}")
     if offload:
-        _note(found, "gpu", "llama.cpp GPU offload", "llama.cpp GPU backend", "llamacpp")
+        _note(found, "gpu", "llama.cpp GPU offload", "llama.cpp GPU backend", _LLAMACPP)
     return Probe(
         "llama.cpp", f"GPU offload {'supported' if offload else 'not supported'} by this build"
     )
@@ -187,7 +190,7 @@ def _probe_onnxruntime(found: dict[str, _Found], root: Path) -> Probe:
         providers = list(onnxruntime.get_available_providers())
     except Exception as exc:
         return Probe("onnxruntime providers", f"error: {type(exc).__name__}: {exc}")
-    engine = "onnx-genai" if importlib.util.find_spec("onnxruntime_genai") else None
+    engine = _ONNX_GENAI if importlib.util.find_spec("onnxruntime_genai") else None
     for provider in providers:
         short = provider.removesuffix("ExecutionProvider")
         if provider in GPU_PROVIDERS:

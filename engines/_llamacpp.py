@@ -12,11 +12,11 @@ import asyncio
 import functools
 import os
 import random
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob, Message
+from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob, Tokenizer
 from zest.engines._llama_batch import BatchScheduler
 from zest.engines._llama_native import ContextSettings, NativeContext, make_sampler, token_piece
 from zest.engines._llama_pipeline import HybridPipeline
@@ -24,9 +24,9 @@ from zest.engines._output import SequenceOutput
 from zest.engines._prefix_cache import PrefixCache
 from zest.engines._sources import resolve_source
 from zest.errors import EngineError, ServiceUnavailableError
-from zest.router import Device, LlamaCppModel, Placement
+from zest.router import Device, LlamaCppModel, Placement, kind_of
 
-__all__ = ["LlamaCppEngine"]
+__all__ = ["LlamaCppEngine", "LlamaCppTokenizer"]
 
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type values llama.cpp takes for type_k/type_v
 _KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # bytes per element, blocks included
@@ -53,17 +53,71 @@ def _init_backend(llama_cpp: Any) -> None:
     _logger.set_verbose(False)  # llama.cpp's own log: errors only (we log what served what)
 
 
+class LlamaCppTokenizer(Tokenizer):
+    """A GGUF model's vocabulary and chat template: of a loaded model, or read from the file
+    without its weights (`load`: llama.cpp's vocab_only, a few megabytes and milliseconds)."""
+
+    def __init__(self, model_id: str, path: Path, lib: Any, model: Any) -> None:
+        self.model_id, self.key, self._model = model_id, f"{model_id} ({path})", model
+        self._formatter = _chat_formatter(lib, model)
+
+    @classmethod
+    def load(cls, model_id: str, config: LlamaCppModel, base_dir: Path) -> LlamaCppTokenizer:
+        path = resolve_source(config.source, base_dir, config.revision)
+        llama_cpp, internals = _import_llama_cpp()
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        model = _load_model(internals, model_id, path, params)
+        return cls(model_id, path, llama_cpp, model)
+
+    def render_chat(self, messages: Sequence[Mapping[str, str]]) -> str:
+        if self._formatter is None:
+            raise EngineError(
+                f"model {self.model_id!r} has no chat template: use a completion route"
+            )
+        return str(self._formatter(messages=[dict(m) for m in messages]).prompt)
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        add_bos = add_special and self._model.add_bos_token()
+        return list(self._model.tokenize(text.encode("utf-8"), add_bos, True))
+
+
+def _load_model(internals: Any, model_id: str, path: Path, params: Any) -> Any:
+    try:
+        return internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+    except (ValueError, RuntimeError) as exc:
+        raise EngineError(f"model {model_id!r}: llama.cpp could not load {path}: {exc}") from exc
+
+
+def _chat_formatter(lib: Any, model: Any) -> Any:
+    template = model.metadata().get("tokenizer.chat_template")
+    if not template:
+        return None
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    def text(token: int) -> str:
+        if token < 0:
+            return ""
+        return token_piece(lib, model.vocab, token, True).decode("utf-8", "replace")
+
+    return Jinja2ChatFormatter(
+        template=template,
+        eos_token=text(model.token_eos()),
+        bos_token=text(model.token_bos()),
+        add_generation_prompt=True,
+    )
+
+
 class LlamaCppEngine(Engine):
-    name = "llamacpp"
-    supports_split = True
+    name = kind_of(LlamaCppModel)
 
     def __init__(
         self, model_id: str, config: LlamaCppModel, base_dir: Path, placement: Placement
     ) -> None:
         self.model_id, self.config, self.placement = model_id, config, placement
-        self._path = resolve_source(config.source, base_dir)
+        self._path = resolve_source(config.source, base_dir, config.revision)
         self._model: Any = None
-        self._formatter: Any = None
+        self._tokenizer: LlamaCppTokenizer | None = None
         self._runner: BatchScheduler | HybridPipeline | None = None
         self._contexts: list[NativeContext] = []
         self.context_length = 0
@@ -74,16 +128,9 @@ class LlamaCppEngine(Engine):
         params = llama_cpp.llama_model_default_params()
         params.use_mmap = self.config.options.mmap
         params.n_gpu_layers = -1 if self._uses_real_gpu() else 0
-        try:
-            self._model = internals.LlamaModel(
-                path_model=str(self._path), params=params, verbose=False
-            )
-        except (ValueError, RuntimeError) as exc:
-            raise EngineError(
-                f"model {self.model_id!r}: llama.cpp could not load {self._path}: {exc}"
-            ) from exc
+        self._model = _load_model(internals, self.model_id, self._path, params)
         self.context_length = self.config.context_length or self._model.n_ctx_train()
-        self._formatter = self._chat_formatter()
+        self._tokenizer = LlamaCppTokenizer(self.model_id, self._path, llama_cpp, self._model)
         self._runner = self._start_runner()
         return self.info()
 
@@ -110,21 +157,14 @@ class LlamaCppEngine(Engine):
         kv_bytes = per_cell * cells * _KV_BYTES[self.config.options.kv_cache_type]
         return int(lib.llama_model_size(model)) + int(kv_bytes)
 
-    def render_chat(self, messages: list[Message]) -> str:
-        if self._formatter is None:
-            raise EngineError(
-                f"model {self.model_id!r} has no chat template: use a completion route"
-            )
-        return str(self._formatter(messages=messages).prompt)
-
-    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
-        add_bos = add_special and self._model.add_bos_token()
-        return list(self._model.tokenize(text.encode("utf-8"), add_bos, True))
+    def tokenizer(self) -> LlamaCppTokenizer | None:
+        return self._tokenizer
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
+        tokenizer = self._loaded_tokenizer()
         if self._runner is None:
             raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
-        return self._runner.stream(job)
+        return self._runner.stream(job.encoded_by(tokenizer))
 
     def pending(self) -> int:
         return self._runner.pending.value if self._runner else 0
@@ -134,9 +174,14 @@ class LlamaCppEngine(Engine):
         # weights takes a while, and an unload may happen while other models serve.
         await asyncio.to_thread(self._close_now)
 
+    def _loaded_tokenizer(self) -> LlamaCppTokenizer:
+        if self._tokenizer is None:
+            raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
+        return self._tokenizer
+
     def _close_now(self) -> None:
         runner, contexts, model = self._runner, self._contexts, self._model
-        self._runner, self._model, self._contexts = None, None, []
+        self._runner, self._model, self._contexts, self._tokenizer = None, None, [], None
         if runner is not None:
             runner.close()
         for ctx in contexts:
@@ -221,24 +266,6 @@ class LlamaCppEngine(Engine):
             new_sampler=self._new_sampler,
             device=self.placement.decode.label,
         )
-
-    def _chat_formatter(self) -> Any:
-        template = self._model.metadata().get("tokenizer.chat_template")
-        if not template:
-            return None
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        return Jinja2ChatFormatter(
-            template=template,
-            eos_token=self._token_text(self._model.token_eos()),
-            bos_token=self._token_text(self._model.token_bos()),
-            add_generation_prompt=True,
-        )
-
-    def _token_text(self, token: int) -> str:
-        if token < 0:
-            return ""
-        return token_piece(self._lib, self._model.vocab, token, True).decode("utf-8", "replace")
 
     def _new_output(self, job: GenerationJob) -> SequenceOutput:
         lib, vocab = self._lib, self._model.vocab

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from zest.engines._base import Delta, Engine, EngineInfo, FinishReason, GenerationJob, Message
+from zest.engines._base import (
+    Delta,
+    Engine,
+    EngineInfo,
+    FinishReason,
+    GenerationJob,
+    Tokenizer,
+)
 from zest.engines._providers import (
     CPU,
     HybridSplit,
@@ -27,9 +34,9 @@ from zest.engines._sources import resolve_source
 from zest.engines._stops import StopMatcher
 from zest.engines._worker import GenerationWorker
 from zest.errors import EngineError, ModelFileMissingError, ServiceUnavailableError
-from zest.router import OnnxGenaiModel, Placement
+from zest.router import OnnxGenaiModel, Placement, kind_of
 
-__all__ = ["OnnxGenaiEngine"]
+__all__ = ["OnnxGenaiEngine", "OnnxGenaiTokenizer"]
 
 _INSTALL = "make install (or: pip install onnxruntime-genai==0.18.0)"
 _GENAI_CONFIG = "genai_config.json"
@@ -45,19 +52,72 @@ def _import_og() -> Any:
     return onnxruntime_genai
 
 
+class OnnxGenaiTokenizer(Tokenizer):
+    """An ONNX Runtime GenAI model folder's tokenizer and chat template: of a loaded model, or
+    read from the folder's tokenizer files without the ONNX graph (`load`: og.Config)."""
+
+    def __init__(self, model_id: str, folder: Path, source: Any) -> None:
+        self.model_id, self.key = model_id, f"{model_id} ({folder})"
+        self._tokenizer = _og_tokenizer(source, model_id, folder)
+        self._plain = _og_tokenizer(source, model_id, folder)  # adds no special tokens
+        self._plain.update_options(add_special_tokens="false")
+
+    @classmethod
+    def load(cls, model_id: str, config: OnnxGenaiModel, base_dir: Path) -> OnnxGenaiTokenizer:
+        folder = _model_dir(config, base_dir)
+        og = _import_og()
+        try:
+            og_config = og.Config(str(folder))
+        except RuntimeError as exc:
+            raise EngineError(f"model {model_id!r}: cannot read {folder}: {exc}") from exc
+        return cls(model_id, folder, og_config)
+
+    @property
+    def eos(self) -> frozenset[int]:
+        return frozenset(int(token) for token in self._tokenizer.eos_token_ids)
+
+    def decoder(self) -> Any:
+        return self._tokenizer.create_stream()
+
+    def render_chat(self, messages: Sequence[Mapping[str, str]]) -> str:
+        try:
+            prompt = self._tokenizer.apply_chat_template(
+                json.dumps([dict(m) for m in messages]), add_generation_prompt=True
+            )
+        except RuntimeError as exc:  # "Empty chat template." when the folder has none
+            raise EngineError(
+                f"model {self.model_id!r} has no usable chat template ({exc}): "
+                "use a completion route"
+            ) from exc
+        return str(prompt)
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        tokenizer = self._tokenizer if add_special else self._plain
+        return [int(token) for token in tokenizer.encode(text)]
+
+
+def _og_tokenizer(source: Any, model_id: str, folder: Path) -> Any:
+    """og.Tokenizer of a loaded og.Model or of an og.Config (the folder's files alone)."""
+    try:
+        return _import_og().Tokenizer(source)
+    except RuntimeError as exc:
+        raise EngineError(
+            f"model {model_id!r}: onnxruntime-genai could not load the tokenizer of {folder}: {exc}"
+        ) from exc
+
+
 class OnnxGenaiEngine(Engine):
-    name = "onnx-genai"
+    name = kind_of(OnnxGenaiModel)
 
     def __init__(
         self, model_id: str, config: OnnxGenaiModel, base_dir: Path, placement: Placement
     ) -> None:
         self.model_id, self.config, self.placement = model_id, config, placement
         self.device = placement.key  # cpu, gpu, npu, or npu->gpu
-        self._dir = _model_dir(resolve_source(config.source, base_dir), config.source)
+        self._dir = _model_dir(config, base_dir)
         self._og: Any = None
         self._model: Any = None
-        self._tokenizer: Any = None
-        self._plain_tokenizer: Any = None  # the same tokenizer, adding no special tokens
+        self._tokenizer: OnnxGenaiTokenizer | None = None
         self._worker: GenerationWorker | None = None
         self._context, self._vocab_size = config.context_length or 0, 0
         self._eos: frozenset[int] = frozenset()
@@ -72,14 +132,12 @@ class OnnxGenaiEngine(Engine):
         providers = self._providers(og, split)
         try:
             self._model = og.Model(self._og_config(og, providers, split))
-            self._tokenizer = og.Tokenizer(self._model)
-            self._plain_tokenizer = og.Tokenizer(self._model)
-            self._plain_tokenizer.update_options(add_special_tokens="false")
         except RuntimeError as exc:
             raise EngineError(
                 f"model {self.model_id!r}: onnxruntime-genai could not load {self._dir}: {exc}"
             ) from exc
-        self._eos = frozenset(int(token) for token in self._tokenizer.eos_token_ids)
+        self._tokenizer = OnnxGenaiTokenizer(self.model_id, self._dir, self._model)
+        self._eos = self._tokenizer.eos
         self._backend = _backend(og.__version__, providers, split, self.config.options.n_threads)
         self._worker = GenerationWorker(
             self.model_id, self._generate, max_queue=self.config.options.max_queue
@@ -98,26 +156,19 @@ class OnnxGenaiEngine(Engine):
             memory_bytes=_folder_bytes(self._dir) if self._backend else None,
         )
 
-    def render_chat(self, messages: list[Message]) -> str:
-        try:
-            prompt = self._tokenizer.apply_chat_template(
-                json.dumps(messages), add_generation_prompt=True
-            )
-        except RuntimeError as exc:  # "Empty chat template." when the folder has none
-            raise EngineError(
-                f"model {self.model_id!r} has no usable chat template ({exc}): "
-                "use a completion route"
-            ) from exc
-        return str(prompt)
+    def tokenizer(self) -> OnnxGenaiTokenizer | None:
+        return self._tokenizer
 
-    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
-        tokenizer = self._tokenizer if add_special else self._plain_tokenizer
-        return [int(token) for token in tokenizer.encode(text)]
+    def _loaded_tokenizer(self) -> OnnxGenaiTokenizer:
+        if self._tokenizer is None:
+            raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
+        return self._tokenizer
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
+        tokenizer = self._loaded_tokenizer()
         if self._worker is None:
             raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
-        return self._worker.stream(job)
+        return self._worker.stream(job.encoded_by(tokenizer))
 
     def pending(self) -> int:
         return self._worker.pending.value if self._worker else 0
@@ -126,7 +177,7 @@ class OnnxGenaiEngine(Engine):
         if self._worker is not None:
             await asyncio.to_thread(self._worker.close)  # joins its thread: off the event loop
         # Dropping the last references frees the ONNX Runtime sessions and their memory.
-        self._worker = self._model = self._tokenizer = self._plain_tokenizer = None
+        self._worker = self._model = self._tokenizer = None
 
     # --- loading ---------------------------------------------------------------------------------
 
@@ -197,7 +248,7 @@ class OnnxGenaiEngine(Engine):
         generator.append_tokens(list(job.prompt_tokens))  # the prefill
         stops, produced = StopMatcher(job.stop), 0
         finish: FinishReason = "length"
-        decoder = self._tokenizer.create_stream()
+        decoder = self._loaded_tokenizer().decoder()
         while produced < job.max_tokens and not generator.is_done():
             if job.cancelled.is_set():
                 finish = "cancelled"
@@ -243,8 +294,10 @@ def _search_options(job: GenerationJob, context: int) -> dict[str, Any]:
     return options
 
 
-def _model_dir(path: Path, source: str) -> Path:
+def _model_dir(config: OnnxGenaiModel, base_dir: Path) -> Path:
     """The model folder: `source` names it, or its genai_config.json (pkg: sources name files)."""
+    source = config.source
+    path = resolve_source(source, base_dir, config.revision)
     folder = path.parent if path.is_file() else path
     if not (folder / _GENAI_CONFIG).is_file():
         raise ModelFileMissingError(

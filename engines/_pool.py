@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob
-from zest.router import REMOTE_ENGINE, ModelConfig, Placement
+from zest.router import ModelConfig, Placement
 
 __all__ = [
     "EngineKey",
@@ -68,7 +68,7 @@ class EngineSpec:
 
     @property
     def counts_toward_cap(self) -> bool:
-        return self.config.engine != REMOTE_ENGINE  # a remote model holds no local memory
+        return self.config.local  # a remote model holds no local memory
 
 
 @dataclass(frozen=True)

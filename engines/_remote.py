@@ -35,7 +35,6 @@ from zest.engines._base import (
     EngineInfo,
     FinishReason,
     GenerationJob,
-    Message,
     StageStats,
 )
 from zest.errors import (
@@ -49,7 +48,7 @@ from zest.errors import (
     ServiceUnavailableError,
     UpstreamRejectedError,
 )
-from zest.router import Placement, RemoteModel
+from zest.router import Placement, RemoteModel, kind_of
 
 __all__ = ["RemoteEngine", "privacy_is_strict", "retry_delay", "translate_status"]
 
@@ -63,9 +62,7 @@ def privacy_is_strict() -> bool:
 
 
 class RemoteEngine(Engine):
-    name = "remote"
-    supports_split = False
-    has_tokenizer = False
+    name = kind_of(RemoteModel)
 
     def __init__(
         self, model_id: str, config: RemoteModel, base_dir: Path, placement: Placement
@@ -101,12 +98,6 @@ class RemoteEngine(Engine):
             context_length=self.config.context_length or 0,
             source=self.config.base_url,
         )
-
-    def render_chat(self, messages: list[Message]) -> str:
-        raise EngineError(f"model {self.model_id!r} is remote: it has no local chat template")
-
-    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
-        raise EngineError(f"model {self.model_id!r} is remote: it has no local tokenizer")
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         return self._stream(job)
@@ -161,7 +152,7 @@ class RemoteEngine(Engine):
     async def _open(self, job: GenerationJob) -> httpx.Response:
         """POST the request; retry 429/5xx before the first token; return a 200 response."""
         client = self._client_now()
-        path = "/completions" if job.text is not None else "/chat/completions"
+        path = "/completions" if job.prompt.kind == "completion" else "/chat/completions"
         retries = self.config.retries
         for attempt in range(retries + 1):
             request = client.build_request("POST", path, json=self._body(job))
@@ -213,10 +204,10 @@ class RemoteEngine(Engine):
             "frequency_penalty": job.frequency_penalty,
             "presence_penalty": job.presence_penalty,
         }
-        if job.text is not None:
-            body["prompt"] = job.text
+        if job.prompt.kind == "completion":
+            body["prompt"] = job.prompt.text
         else:
-            body["messages"] = [dict(m) for m in job.messages]
+            body["messages"] = [dict(m) for m in job.prompt.messages]
         if job.stop:
             body["stop"] = list(job.stop)
         if job.seed is not None:

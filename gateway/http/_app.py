@@ -41,7 +41,7 @@ from zest.gateway.serving import (
     explain_task,
     start_generation,
 )
-from zest.router import REMOTE_DEVICE, REMOTE_ENGINE, find_route
+from zest.router import REMOTE_DEVICE, find_route
 
 __all__ = ["create_app"]
 
@@ -166,9 +166,7 @@ async def list_models(runtime: Runtime) -> dict[str, Any]:
                 "kind": route.kind,
                 "model": route.model,
                 # A remote model runs on no local device: say where it goes instead.
-                "device": REMOTE_DEVICE.name
-                if config.models[route.model].engine == REMOTE_ENGINE
-                else route.device,
+                "device": route.device if config.models[route.model].local else REMOTE_DEVICE.name,
                 "description": route.description,
             },
         }
@@ -215,7 +213,7 @@ async def explain_post(
     if messages is None and route.kind == "chat":
         messages = [ChatMessage(role="user", content=body.text() or "")]
     prompt = build_prompt(route, route.kind, messages, body.text())
-    tokens = await runtime.count_prompt(routes, route.model, route.kind, prompt)
+    tokens = await runtime.count_prompt(routes, route.model, prompt)
     return explain_task(
         routes.config,
         runtime.inventory,

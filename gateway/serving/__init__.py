@@ -6,13 +6,13 @@ from zest.gateway.serving._explain import (
     describe_inventory,
     explain_task,
     format_explanation,
-    plan_for,
 )
 from zest.gateway.serving._generation import (
     Generation,
     build_prompt,
     start_generation,
 )
+from zest.gateway.serving._planning import plan_for
 from zest.gateway.serving._reload import (
     Reloader,
     ReloadOutcome,
@@ -39,7 +39,6 @@ from zest.gateway.serving._timeouts import (
 )
 from zest.gateway.serving._tokens import (
     Tokens,
-    counter_for,
 )
 
 __all__ = [
@@ -59,7 +58,6 @@ __all__ = [
     "TaskRequest",
     "Tokens",
     "build_prompt",
-    "counter_for",
     "describe_inventory",
     "explain_task",
     "first_delta",

@@ -5,50 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from zest.engines import Inventory, engine_class
+from zest.engines import Inventory
 from zest.errors import DeviceUnavailableError
-from zest.router import (
-    STRICT_REASON,
-    Device,
-    ModelTraits,
-    Placement,
-    Plan,
-    RouteConfig,
-    RoutesFile,
-    find_route,
-    plan_route,
-)
+from zest.gateway.serving._planning import plan_for
+from zest.router import STRICT_REASON, Device, Placement, RouteConfig, RoutesFile, find_route
 
-__all__ = ["describe_inventory", "explain_task", "format_explanation", "plan_for"]
-
-
-def plan_for(
-    routes: RoutesFile,
-    devices: Mapping[str, Device],
-    task: str,
-    route: RouteConfig,
-    *,
-    prompt_tokens: int,
-    load: Mapping[str, int] | None,
-    strict_privacy: bool,
-) -> Plan:
-    """The plan of one request, with every model's engine traits (the chain's included)."""
-    traits = {
-        model_id: ModelTraits(model.engine, engine_class(model.engine).supports_split)
-        for model_id, model in routes.models.items()
-    }
-    own = traits[route.model]
-    return plan_route(
-        task,
-        route,
-        engine=own.engine,
-        can_split=own.can_split,
-        devices=devices,
-        load=load,
-        prompt_tokens=prompt_tokens,
-        models=traits,
-        strict_privacy=strict_privacy,
-    )
+__all__ = ["describe_inventory", "explain_task", "format_explanation"]
 
 
 def _placement(placement: Placement) -> dict[str, Any]:

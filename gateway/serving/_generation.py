@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from zest.engines import Delta, Engine, EngineInfo, GenerationJob, Message, StageStats
+from zest.engines import (
+    Delta,
+    EngineInfo,
+    GenerationJob,
+    Message,
+    Prompt,
+    StageStats,
+    Tokenizer,
+)
 from zest.errors import BadRequestError, RequestError
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._requests import ChatMessage, SamplingFields
@@ -27,7 +35,6 @@ from zest.policies import (
     Budget,
     Fitted,
     Trimmed,
-    approximate_tokens,
     classify_failure,
     fit_prompt,
     may_advance,
@@ -51,26 +58,28 @@ class Generation:
     info: EngineInfo
     budget: Budget
     first: Delta
-    rest: AsyncIterator[Delta]
+    rest: AsyncGenerator[Delta, None]
     fallbacks: list[str] = field(default_factory=list)
     final_stats: StageStats | None = None
     trimmed: Trimmed | None = None
     deadline: Deadline | None = None
     # The prompt's size as the engine itself reported it (a remote upstream's usage).
     reported_prompt_tokens: int | None = None
+    # The budget counted the prompt approximately (the model has no local tokenizer).
+    counted_approximately: bool = False
     # Told what happens to the request: first token, each delta, how it ended.
     events: RequestEvents = field(default_factory=RequestEvents)
 
     @property
     def approximate(self) -> bool:
         """The budget was counted approximately (no local tokenizer) and not corrected."""
-        return self.attempt.remote and self.reported_prompt_tokens is None
+        return self.counted_approximately and self.reported_prompt_tokens is None
 
     @property
     def prompt_tokens(self) -> int:
         return self.reported_prompt_tokens or self.budget.prompt_tokens
 
-    async def deltas(self) -> AsyncIterator[Delta]:
+    async def deltas(self) -> AsyncGenerator[Delta, None]:
         delta: Delta | None = self.first
         while delta is not None:
             if delta.finish_reason is not None:
@@ -88,7 +97,7 @@ class Generation:
 
     async def aclose(self) -> None:
         self.events.closed()
-        await self.rest.aclose()  # type: ignore[attr-defined]
+        await self.rest.aclose()
 
 
 async def start_generation(
@@ -106,24 +115,24 @@ async def start_generation(
     events.task_named(name)
     routes = runtime.routes  # this request's table, to its end, whatever a reload does
     route = find_route(name, kind, routes.config)
-    chat = build_prompt(route, kind, messages, prompt)
+    asked = build_prompt(route, kind, messages, prompt)
     deadline = Deadline.start(name, route.timeouts)
-    counted = await runtime.count_prompt(routes, route.model, kind, chat)
+    counted = await runtime.count_prompt(routes, route.model, asked)
     plan = runtime.plan(routes, name, route, prompt_tokens=counted)
-    return await _Walk(runtime, routes, plan, kind, chat, body, request_id, deadline, events).run()
+    return await _Walk(runtime, routes, plan, asked, body, request_id, deadline, events).run()
 
 
 def build_prompt(
     route: RouteConfig, kind: Kind, messages: Sequence[ChatMessage] | None, prompt: str | None
-) -> list[Message]:
-    """The prompt as messages: a chat's (with the route's system prompt first), or a
-    completion prompt as one user message (its counter reads the content alone)."""
+) -> Prompt:
+    """The request's prompt: a chat's messages (with the route's system prompt first), or a
+    completion's text."""
     if kind == "completion" or messages is None:
-        return [{"role": "user", "content": prompt or ""}]
+        return Prompt.completion(prompt or "")
     chat: list[Message] = (
         [{"role": "system", "content": route.system_prompt}] if route.system_prompt else []
     )
-    return chat + [{"role": _role(m.role), "content": m.text()} for m in messages]
+    return Prompt.chat(chat + [{"role": _role(m.role), "content": m.text()} for m in messages])
 
 
 def _role(role: str) -> str:
@@ -138,8 +147,7 @@ class _Walk:
     runtime: Runtime
     routes: LoadedRoutes
     plan: Plan
-    kind: Kind
-    messages: list[Message]
+    prompt: Prompt
     body: SamplingFields
     request_id: str
     deadline: Deadline
@@ -186,14 +194,14 @@ class _Walk:
         self.loading = True
         lease = await self.runtime.acquire(self.routes, attempt.model, attempt.placement)
         self.loading = False
-        engine, info = lease.engine, lease.info
+        info, tokenizer = lease.info, lease.engine.tokenizer()
         try:
-            fitted, budget, tokens = await asyncio.to_thread(self._fit, engine, info)
+            fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
         except BaseException:
             lease.release()
             raise
         label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
-        stream = lease.stream(self._job(engine, fitted, budget, tokens, label))
+        stream = lease.stream(self._job(prompt, budget, label))
         try:
             first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")
         except BaseException:
@@ -208,10 +216,13 @@ class _Walk:
             stream,
             trimmed=fitted.trimmed,
             deadline=self.deadline,
+            counted_approximately=tokenizer is None,
         )
 
-    def _fit(self, engine: Engine, info: EngineInfo) -> tuple[Fitted, Budget, list[int]]:
-        """Budget this attempt with its own tokenizer and context (runs in a thread)."""
+    def _fit(self, tokenizer: Tokenizer | None, info: EngineInfo) -> tuple[Fitted, Budget, Prompt]:
+        """Budget this attempt with its own tokenizer and context (runs in a thread); the
+        prompt to send, in the tokenizer's tokens (each variant is encoded once, and the
+        planning count of the request's prompt is reused)."""
         route, requested = self.plan.route, self.body.requested_max_tokens()
         context = info.context_length or None  # 0: a remote model that declares none
         trimming = route.context.on_overflow == "trim"
@@ -222,10 +233,10 @@ class _Walk:
             reserve=min(requested or route.max_tokens, route.max_tokens),
             trimming=trimming,
         )
-        tokens = Tokens(engine, self.kind) if engine.has_tokenizer else None
+        tokens = Tokens(self.prompt, tokenizer)
         fitted = fit_prompt(
-            self.messages,
-            count=tokens.count if tokens else approximate_tokens,
+            self.prompt.messages,
+            count=tokens.count,
             limit=limit,
             trim=route.trim_mode if trimming else None,
             model=info.model,
@@ -237,23 +248,23 @@ class _Walk:
             context_length=context,
             model=info.model,
         )
-        encoded = tokens.encode(fitted.messages) if tokens else []
-        if tokens and not encoded:  # nothing to prefill: a model needs at least one token
+        prompt = tokens.variant(fitted.messages)
+        if tokenizer is None:
+            return fitted, budget, prompt
+        prompt = prompt.encoded_by(tokenizer)
+        if not prompt.tokens:  # nothing to prefill: a model needs at least one token
             raise BadRequestError("the prompt is empty: send some text", param="prompt")
-        return fitted, budget, encoded
+        return fitted, budget, prompt
 
-    def _job(
-        self, engine: Engine, fitted: Fitted, budget: Budget, tokens: list[int], label: str
-    ) -> GenerationJob:
+    def _job(self, prompt: Prompt, budget: Budget, label: str) -> GenerationJob:
         route, body = self.plan.route, self.body
         defaults = route.sampling
 
         def pick(value: float | None, default: float) -> float:
             return default if value is None else value
 
-        remote = not engine.has_tokenizer
         return GenerationJob(
-            prompt_tokens=tuple(tokens),
+            prompt=prompt,
             max_tokens=budget.max_tokens,
             temperature=pick(body.temperature, defaults.temperature),
             top_p=pick(body.top_p, defaults.top_p),
@@ -267,9 +278,5 @@ class _Walk:
             stop=tuple(dict.fromkeys(defaults.stop + body.stops())),
             priority=route.priority,
             label=label,
-            messages=tuple(dict(m) for m in fitted.messages)
-            if remote and self.kind == "chat"
-            else (),
-            text=fitted.messages[0]["content"] if remote and self.kind == "completion" else None,
             privacy=route.privacy,
         )

@@ -19,23 +19,16 @@ from zest.engines import (
     EngineSpec,
     Inventory,
     Lease,
-    Message,
     ModelPolicy,
+    Prompt,
+    Tokenizer,
     create_engine,
+    load_tokenizer,
 )
 from zest.errors import RequestError, ServiceUnavailableError
-from zest.gateway.serving._explain import plan_for
-from zest.gateway.serving._tokens import counter_for
-from zest.policies import approximate_tokens
-from zest.router import (
-    REMOTE_ENGINE,
-    Device,
-    LoadedRoutes,
-    Placement,
-    Plan,
-    RemoteModel,
-    RouteConfig,
-)
+from zest.gateway.serving._planning import plan_for
+from zest.gateway.serving._tokens import Tokens
+from zest.router import Device, LoadedRoutes, Placement, Plan, RouteConfig
 
 __all__ = ["PreloadTarget", "Runtime"]
 
@@ -107,8 +100,6 @@ class Runtime:
         model = self.routes.config.models.get(model_id)
         if model is None:
             return None
-        if isinstance(model, RemoteModel):
-            return ModelPolicy()
         return ModelPolicy(keep_alive=model.keep_alive, pinned=model.pinned)
 
     def plan(self, routes: LoadedRoutes, task: str, route: RouteConfig, prompt_tokens: int) -> Plan:
@@ -122,23 +113,16 @@ class Runtime:
             strict_privacy=self.strict_privacy,
         )
 
-    async def count_prompt(
-        self,
-        routes: LoadedRoutes,
-        model_id: str,
-        kind: Literal["chat", "completion"],
-        messages: list[Message],
-    ) -> int:
-        """The prompt's size for planning (the auto cost model), with the model's tokenizer;
-        approximate for remote models, or when the model cannot load (its attempts will say)."""
-        if routes.config.models[model_id].engine == REMOTE_ENGINE:
-            return approximate_tokens(messages)
+    async def count_prompt(self, routes: LoadedRoutes, model_id: str, prompt: Prompt) -> int:
+        """The prompt's size for planning (the auto cost model), with the model's tokenizer
+        (its tokens stay on the prompt for the attempt to reuse); approximate for models
+        without one, or whose tokenizer cannot load (their attempts will say why). Loads no
+        engine."""
         try:
-            lease = await self.tokenizer(routes, model_id)
+            tokenizer = await self.tokenizer(routes, model_id)
         except ServiceUnavailableError:
-            return approximate_tokens(messages)
-        async with lease:
-            return await asyncio.to_thread(counter_for(lease.engine, kind), messages)
+            tokenizer = None
+        return await asyncio.to_thread(Tokens(prompt, tokenizer).count, prompt.messages)
 
     def queue_depths(self) -> dict[str, int]:
         depths: dict[str, int] = {}
@@ -150,13 +134,11 @@ class Runtime:
     async def acquire(self, routes: LoadedRoutes, model_id: str, placement: Placement) -> Lease:
         return await self.pool.acquire(_spec(routes, model_id, placement))
 
-    async def tokenizer(self, routes: LoadedRoutes, model_id: str) -> Lease:
-        """A lease on any engine of the model (tokenizer and template do not depend on the
-        device), loading it on a device that can run it when none is loaded."""
-        for entry in self.pool.loaded():
-            if entry.spec.model_id == model_id and not entry.retired:
-                return await self.pool.acquire(entry.spec)
-        return await self.acquire(routes, model_id, self.default_placement(routes, model_id))
+    async def tokenizer(self, routes: LoadedRoutes, model_id: str) -> Tokenizer | None:
+        """The model's tokenizer, read without its weights and cached (None: the model's
+        kind has no local tokenizer). Never loads an engine, on any device."""
+        config = routes.config.models[model_id]
+        return await asyncio.to_thread(load_tokenizer, model_id, config, routes.base_dir)
 
     def default_placement(self, routes: LoadedRoutes, model_id: str) -> Placement:
         engine = routes.config.models[model_id].engine
@@ -208,8 +190,8 @@ class Runtime:
             fatal = alone or wanted != "routes" or (key in targets and targets[key].fatal)
             targets[key] = PreloadTarget(first.model, first.placement, fatal, f"route {task}")
         listed = () if wanted == "routes" else wanted
-        if config.expose_models:  # models callable by id: their tokenizer counts prompts
-            listed = tuple(m for m, c in config.models.items() if c.engine != REMOTE_ENGINE)
+        if config.expose_models:  # models callable by id: warm for their first request
+            listed = tuple(m for m, c in config.models.items() if c.local)
         placed = {model for model, _ in targets}
         return list(targets.values()) + [
             PreloadTarget(model_id, None, True, f"preload {model_id}")

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
-from zest.engines import Delta, Engine, GenerationJob, create_engine
+from zest.engines import Delta, Engine, GenerationJob, Tokenizer, create_engine
 from zest.router import Placement, load_routes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,16 +25,23 @@ def load_smollm2(placement: Placement, **options: object) -> Engine:
     return engine
 
 
+def tokenizer_of(engine: Engine) -> Tokenizer:
+    """A loaded local engine's tokenizer (its vocabulary and chat template)."""
+    tokenizer = engine.tokenizer()
+    assert tokenizer is not None, f"{engine.model_id} has no local tokenizer"
+    return tokenizer
+
+
 def completion_job(engine: Engine, prompt: str, **overrides: object) -> GenerationJob:
     """A greedy job for `prompt` as it is (a completion route's job)."""
-    tokens = tuple(engine.tokenize(prompt, add_special=False))
+    tokens = tuple(tokenizer_of(engine).tokenize(prompt, add_special=False))
     job = GenerationJob.greedy(tokens, max_tokens=32)
     return dataclasses.replace(job, **overrides)  # type: ignore[arg-type]
 
 
 def job_for(engine: Engine, text: str, **overrides: object) -> GenerationJob:
     """A greedy job for one user message through the model's chat template (a chat route's)."""
-    prompt = engine.render_chat([{"role": "user", "content": text}])
+    prompt = tokenizer_of(engine).render_chat([{"role": "user", "content": text}])
     return completion_job(engine, prompt, **overrides)
 
 

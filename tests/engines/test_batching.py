@@ -15,6 +15,7 @@ from tests.engines.conftest import (
     load_smollm2,
     stream_all,
     text_of,
+    tokenizer_of,
 )
 from tests.engines.test_hybrid import PROMPTS
 from zest.engines import Delta, Engine, GenerationJob
@@ -114,7 +115,7 @@ def test_concurrent_streams_share_decode_steps(
 
 
 def chat_job(engine: Engine, question: str) -> GenerationJob:
-    prompt = engine.render_chat(
+    prompt = tokenizer_of(engine).render_chat(
         [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
     )
     return completion_job(engine, prompt, max_tokens=8)

@@ -18,8 +18,9 @@ from tests.engines.conftest import (
     collect,
     job_for,
     text_of,
+    tokenizer_of,
 )
-from zest.engines import Delta, Engine, create_engine
+from zest.engines import Delta, Engine, GenerationJob, Prompt, create_engine, load_tokenizer
 from zest.engines.convert import MODEL_NAME
 from zest.errors import EngineError
 from zest.router import OnnxGenaiModel, load_routes
@@ -46,8 +47,35 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
 
 
 def test_the_chat_template_ends_with_the_assistant_turn_opening(engine: Engine) -> None:
-    prompt = engine.render_chat([{"role": "user", "content": "Hi"}])
+    prompt = tokenizer_of(engine).render_chat([{"role": "user", "content": "Hi"}])
     assert prompt.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_the_tokenizer_read_without_the_weights_is_the_engines_own(engine: Engine) -> None:
+    """Counting a prompt reads the model's tokenizer alone (llama.cpp vocab_only, the ONNX
+    folder's tokenizer files): the same template and the same tokens as the loaded model."""
+    alone = load_tokenizer(engine.model_id, engine.config, REPO)  # type: ignore[attr-defined]
+    own = engine.tokenizer()
+    assert alone is not None
+    assert own is not None
+    assert alone is not own
+    assert alone.key == own.key
+    chat = Prompt.chat(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi, café?"}]
+    )
+    assert alone.render_chat(chat.messages) == own.render_chat(chat.messages)
+    assert alone.encode(chat) == own.encode(chat)
+    completion = Prompt.completion("def square(x):")
+    assert alone.encode(completion) == own.encode(completion)
+
+
+def test_a_job_given_as_messages_is_rendered_by_the_engine(engine: Engine) -> None:
+    """The engine takes the prompt in its one form and renders what it needs."""
+    question = "Name three colours."
+    encoded = collect(engine, job_for(engine, question, max_tokens=8))
+    chat = Prompt.chat([{"role": "user", "content": question}])
+    rendered = collect(engine, GenerationJob.greedy(chat, max_tokens=8))
+    assert text_of(rendered) == text_of(encoded)
 
 
 def test_greedy_generation_is_deterministic(engine: Engine) -> None:
@@ -148,7 +176,7 @@ def test_closing_the_stream_frees_the_model(engine: Engine) -> None:
     async def run() -> list[Delta]:
         stream = engine.stream(long_job)
         await anext(stream)
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
         return [d async for d in engine.stream(job_for(engine, "Hi", max_tokens=3))]
 
     after = asyncio.run(run())
@@ -157,7 +185,7 @@ def test_closing_the_stream_frees_the_model(engine: Engine) -> None:
 
 
 def test_an_engine_failure_is_an_engine_error_and_the_worker_survives(engine: Engine) -> None:
-    broken = job_for(engine, "Hi", prompt_tokens=(10**9,))
+    broken = GenerationJob.greedy(Prompt.of_tokens((10**9,)), max_tokens=32)
     with pytest.raises(EngineError):
         collect(engine, broken)
     assert collect(engine, job_for(engine, "Hi", max_tokens=2))[-1].completion_tokens == 2

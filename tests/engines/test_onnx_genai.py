@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.conftest import collect, completion_job, job_for, text_of
-from zest.engines import create_engine, resolve_source
+from tests.engines.conftest import collect, completion_job, job_for, text_of, tokenizer_of
+from zest.engines import GenerationJob, Prompt, create_engine, resolve_source
 from zest.engines._onnx_genai import OnnxGenaiEngine
 from zest.engines.convert import MODEL_NAME
 from zest.errors import EngineError, ServiceUnavailableError
@@ -42,7 +42,7 @@ def test_load_reports_provider_threads_and_the_model_context(engine: OnnxGenaiEn
 
 
 def test_a_foreign_error_becomes_an_engine_error_with_its_cause(engine: OnnxGenaiEngine) -> None:
-    too_long = job_for(engine, "Hi", prompt_tokens=(5,) * 8193, max_tokens=1)
+    too_long = GenerationJob.greedy(Prompt.of_tokens((5,) * 8193), max_tokens=1)
     with pytest.raises(EngineError) as info:
         collect(engine, too_long)
     assert info.value.message == (
@@ -56,7 +56,7 @@ def test_tokens_outside_the_vocabulary_are_refused_before_onnx_runtime_reads_the
     engine: OnnxGenaiEngine,
 ) -> None:
     with pytest.raises(EngineError) as info:
-        collect(engine, job_for(engine, "Hi", prompt_tokens=(1, 49152)))
+        collect(engine, GenerationJob.greedy(Prompt.of_tokens((1, 49152)), max_tokens=32))
     assert info.value.message == (
         "model 'smol': prompt token 49152 is outside the vocabulary (0..49151)"
     )
@@ -134,7 +134,7 @@ def test_a_model_without_a_chat_template_asks_for_a_completion_route(tmp_path: P
     engine = onnx_engine(source=str(tmp_path))
     engine.load()
     with pytest.raises(EngineError) as info:
-        engine.render_chat([{"role": "user", "content": "Hi"}])
+        tokenizer_of(engine).render_chat([{"role": "user", "content": "Hi"}])
     assert info.value.message == (
         "model 'smol' has no usable chat template (Empty chat template.): use a completion route"
     )

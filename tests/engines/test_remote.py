@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.conftest import free_port
 from tests.upstream import Proxy
-from zest.engines import Delta, GenerationJob, RemoteEngine
+from zest.engines import Delta, GenerationJob, Prompt, RemoteEngine
 from zest.errors import (
     EngineError,
     OverloadedError,
@@ -33,7 +33,7 @@ def engine(base_url: str, **fields: Any) -> RemoteEngine:
 
 def job(**fields: Any) -> GenerationJob:
     defaults: dict[str, Any] = {
-        "prompt_tokens": (),
+        "prompt": Prompt.chat(HELLO),
         "max_tokens": 6,
         "temperature": 0.0,
         "top_p": 1.0,
@@ -44,7 +44,6 @@ def job(**fields: Any) -> GenerationJob:
         "presence_penalty": 0.0,
         "seed": 1,
         "stop": (),
-        "messages": HELLO,
         "privacy": "allow_remote",
     }
     return GenerationJob(**{**defaults, **fields})
@@ -91,7 +90,7 @@ def test_a_chat_streams_through_with_the_upstreams_figures(proxy: Proxy) -> None
 def test_a_completion_prompt_goes_to_the_completions_endpoint(proxy: Proxy) -> None:
     remote = engine(proxy.v1)
     remote.load()
-    deltas = run(remote, job(messages=(), text="def square(x):", stop=("\n\n",)))
+    deltas = run(remote, job(prompt=Prompt.completion("def square(x):"), stop=("\n\n",)))
     assert deltas[-1].finish_reason in {"stop", "length"}
     [sent] = proxy.requests
     assert sent.path == "/v1/completions"

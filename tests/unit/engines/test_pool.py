@@ -12,8 +12,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from zest.engines import Delta, Engine, EngineInfo, GenerationJob, Message
+from zest.engines import Delta, Engine, EngineInfo, GenerationJob
 from zest.engines._pool import EnginePool, EngineSpec, ModelPolicy
+from zest.errors import OverloadedError
 from zest.router import Device, LlamaCppModel, Placement, RemoteModel
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "test")
@@ -51,13 +52,10 @@ class CountingEngine(Engine):
             self._gate.started.set()
             assert self._gate.opened.wait(10), "the test never opened the load gate"
         CountingEngine.loads.append(self.model_id)
+        return self.info()
+
+    def info(self) -> EngineInfo:
         return EngineInfo("counting", self.model_id, "cpu", "test", 64, "memory")
-
-    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
-        return []
-
-    def render_chat(self, messages: list[Message]) -> str:
-        return ""
 
     async def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         yield Delta(text="x", finish_reason="stop", completion_tokens=1)
@@ -288,3 +286,23 @@ async def test_the_stream_releases_its_lease_when_it_ends() -> None:
     deltas = [delta async for delta in lease.stream(GenerationJob.greedy((1,), max_tokens=1))]
     assert deltas[-1].finish_reason == "stop"
     assert not engines.loaded()[0].busy
+
+
+class RefusingEngine(CountingEngine):
+    """Refuses every job at admission, as a full queue does (429): when `stream` is called,
+    before any generator exists (the batch scheduler submits before it streams)."""
+
+    def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
+        raise OverloadedError("the model is at capacity", retry_after=1)
+
+
+@sync
+async def test_a_request_refused_at_admission_releases_its_lease() -> None:
+    engines = EnginePool(lambda s: RefusingEngine(s.model_id), policy=lambda _: ModelPolicy())
+    for _ in range(3):
+        lease = await engines.acquire(spec("a"))
+        with pytest.raises(OverloadedError):
+            async for _delta in lease.stream(GenerationJob.greedy((1,), max_tokens=1)):
+                pass
+    [entry] = engines.loaded()
+    assert (entry.busy, entry.leases) == (False, 0)  # idle: keep_alive and unload may act
