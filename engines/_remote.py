@@ -21,6 +21,7 @@ import asyncio
 import email.utils
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from httpx_sse import EventSource, SSEError
 
 from zest.engines._base import (
     Delta,
@@ -276,9 +278,11 @@ def _retry_after(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return max(float(value), 0.0)
+        seconds = float(value)
     except ValueError:
         pass
+    else:  # "nan" and "inf" parse as floats but say nothing: back off as without the header
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -301,13 +305,15 @@ class _Reader:
     async def read(self, response: httpx.Response) -> AsyncIterator[Delta]:
         done = False
         try:
-            async for line in response.aiter_lines():
-                data = line.removeprefix("data:").strip() if line.startswith("data:") else None
+            async for event in EventSource(response).aiter_sse():
+                data = event.data.strip()
                 if data == "[DONE]":
                     done = True
                     break
                 if data and (text := self._take(json.loads(data))):
                     yield self._delta(text)
+        except SSEError as exc:  # not an event stream (a proxy's page, a JSON body)
+            raise EngineError(f"upstream {self.url} did not answer with events: {exc}") from exc
         except httpx.TransportError as exc:
             raise EngineError(
                 f"upstream {self.url}: the stream broke: {type(exc).__name__}: {exc}"
