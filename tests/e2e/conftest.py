@@ -93,7 +93,7 @@ def spawn_until_answering(
     try:
         return spawn(command, probe_url, log_path, timeout_s=120, env=env, cwd=REPO)
     except CommandError as exc:
-        raise AssertionError(f"{exc.message}:\n{log_path.read_text()}") from exc
+        raise AssertionError(f"{exc}:\n{log_path.read_text()}") from exc
 
 
 stop_process = stop
