@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from zest.router import ENGINE_MODELS, Placement, kind_of
+from zest.router import ENGINE_MODELS, Placement, ResponseFormat, kind_of
 
 __all__ = [
     "Delta",
@@ -134,6 +134,8 @@ class GenerationJob:
     label: str = ""
     # The route's privacy: a remote engine refuses local_only jobs (the planner's second line).
     privacy: Privacy = "local_only"
+    # The answer must be JSON (following a schema): engines constrain decoding to it.
+    response_format: ResponseFormat | None = None
     # Shared by copies (dataclasses.replace): cancelling one cancels the generation.
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 

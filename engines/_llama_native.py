@@ -154,9 +154,14 @@ def token_piece(llama_cpp: Any, vocab: Any, token: int, special: bool = False) -
         size = -n  # too small: llama.cpp says how much it needs
 
 
-def make_sampler(internals: Any, n_vocab: int, job: GenerationJob, seed: int) -> Any:
-    """The sampler chain of one request (llama.cpp's usual order; greedy at temperature 0)."""
+def make_sampler(
+    internals: Any, n_vocab: int, job: GenerationJob, seed: int, grammar: Any = None
+) -> Any:
+    """The sampler chain of one request (llama.cpp's usual order; greedy at temperature 0),
+    led by `grammar` (a llama_sampler that keeps the output in a grammar) when given."""
     sampler = internals.LlamaSampler()
+    if grammar is not None:  # first: the later samplers only see tokens the grammar allows
+        internals.llama_cpp.llama_sampler_chain_add(sampler.sampler, grammar)
     sampler.add_penalties(
         n_vocab, _PENALTY_LAST_N, job.repeat_penalty, job.frequency_penalty, job.presence_penalty
     )

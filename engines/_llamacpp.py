@@ -18,6 +18,7 @@ from typing import Any
 
 from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob, Tokenizer
 from zest.engines._llama_batch import BatchScheduler
+from zest.engines._llama_grammar import check_grammar, grammar_of, new_grammar_sampler
 from zest.engines._llama_native import ContextSettings, NativeContext, make_sampler, token_piece
 from zest.engines._llama_pipeline import HybridPipeline
 from zest.engines._output import SequenceOutput
@@ -164,6 +165,7 @@ class LlamaCppEngine(Engine):
         tokenizer = self._loaded_tokenizer()
         if self._runner is None:
             raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
+        check_grammar(job, self._lib, self._model.vocab)
         return self._runner.stream(job.encoded_by(tokenizer))
 
     def pending(self) -> int:
@@ -277,4 +279,6 @@ class LlamaCppEngine(Engine):
 
     def _new_sampler(self, job: GenerationJob) -> Any:
         seed = job.seed if job.seed is not None else random.getrandbits(31)
-        return make_sampler(self._internals, self._model.n_vocab(), job, seed)
+        grammar, lib = grammar_of(job), self._lib
+        lead = None if grammar is None else new_grammar_sampler(lib, self._model.vocab, grammar)
+        return make_sampler(self._internals, self._model.n_vocab(), job, seed, lead)

@@ -33,7 +33,12 @@ from zest.engines._providers import (
 from zest.engines._sources import resolve_source
 from zest.engines._stops import StopMatcher
 from zest.engines._worker import GenerationWorker
-from zest.errors import EngineError, ModelFileMissingError, ServiceUnavailableError
+from zest.errors import (
+    BadRequestError,
+    EngineError,
+    ModelFileMissingError,
+    ServiceUnavailableError,
+)
 from zest.router import OnnxGenaiModel, Placement, kind_of
 
 __all__ = ["OnnxGenaiEngine", "OnnxGenaiTokenizer"]
@@ -242,9 +247,8 @@ class OnnxGenaiEngine(Engine):
 
     def _generate(self, job: GenerationJob) -> Iterator[Delta]:
         self._check_prompt(job.prompt_tokens)
-        params = self._og.GeneratorParams(self._model)
-        params.set_search_options(**_search_options(job, self._context))
-        generator = self._og.Generator(self._model, params)
+        options = _search_options(job, self._context)
+        generator = self._generator(job, options)
         generator.append_tokens(list(job.prompt_tokens))  # the prefill
         stops, produced = StopMatcher(job.stop), 0
         finish: FinishReason = "length"
@@ -265,7 +269,30 @@ class OnnxGenaiEngine(Engine):
             if stops.stopped:
                 finish = "stop"
                 break
+        else:  # the model (or the guidance, at the end of the JSON) ended before the limits
+            room = len(job.prompt_tokens) + produced < options["max_length"]
+            if generator.is_done() and produced < job.max_tokens and room:
+                finish = "stop"
         yield Delta(stops.flush(), finish_reason=finish, completion_tokens=produced)
+
+    def _generator(self, job: GenerationJob, options: dict[str, Any]) -> Any:
+        params = self._og.GeneratorParams(self._model)
+        params.set_search_options(**options)
+        constraint = job.response_format.constraint() if job.response_format else None
+        if constraint is None:
+            return self._og.Generator(self._model, params)
+        try:  # ONNX Runtime GenAI's guidance keeps the output in the JSON Schema
+            # Compact JSON: with flexible whitespace, small models pad the end with newlines
+            # until max_tokens (llguidance's own option, read from the schema's root).
+            compact = {**constraint, "x-guidance": {"whitespace_flexible": False}}
+            params.set_guidance("json_schema", json.dumps(compact))
+            return self._og.Generator(self._model, params)  # compiles the grammar
+        except RuntimeError as exc:
+            raise BadRequestError(
+                f"response_format: onnxruntime-genai cannot constrain the output to this JSON "
+                f"Schema ({exc}): remove or simplify that part of the schema",
+                param="response_format",
+            ) from exc
 
     def _check_prompt(self, tokens: tuple[int, ...]) -> None:
         # onnxruntime-genai reads embeddings of out-of-range ids without checking them.

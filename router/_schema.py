@@ -19,6 +19,7 @@ __all__ = [
     "REMOTE_ENGINE",
     "ContextPolicy",
     "FallbackEntry",
+    "JsonSchemaFormat",
     "Lifecycle",
     "LlamaCppModel",
     "LlamaCppOptions",
@@ -27,6 +28,7 @@ __all__ = [
     "OnnxGenaiOptions",
     "RemoteModel",
     "RemoteTimeouts",
+    "ResponseFormat",
     "RouteConfig",
     "RouteTimeouts",
     "RoutesFile",
@@ -303,6 +305,45 @@ class RouteTimeouts(_Strict):
         return self
 
 
+class JsonSchemaFormat(_Strict):
+    """OpenAI's response_format.json_schema: a named JSON Schema the answer must follow."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    # `schema` in JSON (the attribute name would shadow BaseModel.schema).
+    json_schema: dict[str, Any] = Field(alias="schema")
+    # Accepted as OpenAI defines it; zest constrains the output to the schema either way.
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    """What the answer must be: free text, any JSON object, or JSON following a schema. The
+    engines constrain decoding to it (a grammar), so it parses whatever the model's size."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_iff_json_schema(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs json_schema: {name, schema}")
+        if self.type != "json_schema" and self.json_schema is not None:
+            raise ValueError(f"json_schema is for type json_schema, not {self.type}: remove it")
+        return self
+
+    def constraint(self) -> dict[str, Any] | None:
+        """The JSON Schema the output must follow (None: free text)."""
+        if self.json_schema is not None:
+            return self.json_schema.json_schema
+        return {"type": "object"} if self.type == "json_object" else None
+
+    def as_openai(self) -> dict[str, Any]:
+        """The field as OpenAI's API spells it (what a remote upstream is sent)."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
 class RouteConfig(_Strict):
     kind: Literal["chat", "completion"]
     model: str
@@ -324,6 +365,9 @@ class RouteConfig(_Strict):
     # local_only (the default): nothing of this route ever reaches a remote engine.
     privacy: Literal["local_only", "allow_remote"] = "local_only"
     timeouts: RouteTimeouts = RouteTimeouts()
+    # The answer's format for every request of this task, whatever the client sends (e.g. an
+    # extraction task that always answers in its JSON Schema).
+    response_format: ResponseFormat | None = None
 
     @field_validator("device")
     @classmethod

@@ -14,8 +14,14 @@ from litestar import Litestar, Request, Response, Router, get, post
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
-from zest.errors import BadRequestError, ClientDisconnectedError, RequestError, error_body
-from zest.gateway.http._body import parse_body
+from zest.errors import (
+    BadRequestError,
+    ClientDisconnectedError,
+    RequestError,
+    UnknownTaskError,
+    error_body,
+)
+from zest.gateway.http._body import IGNORED, parse_body
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
     last_stats,
@@ -41,7 +47,7 @@ from zest.gateway.serving import (
     explain_task,
     start_generation,
 )
-from zest.router import REMOTE_DEVICE, find_route
+from zest.router import REMOTE_DEVICE, RoutesFile, find_route
 
 __all__ = ["create_app"]
 
@@ -65,16 +71,26 @@ async def _respond(
         runtime, name, kind=kind, body=body, request_id=request_id, events=record, **inputs
     )
     if body.stream:
-        headers = {**route_headers(gen), "x-request-id": request_id}
+        headers = {**route_headers(gen), **_request_headers(request, request_id)}
         return _stream_response(gen, kind, name, body.include_usage(), headers)
     try:
         payload = await _unless_disconnected(request, collect_body(gen, kind, name))
     except RequestError as exc:  # after the first token (a total timeout): say what served it
-        exc.headers = {**route_headers(gen), **exc.headers, "x-request-id": request_id}
+        exc.headers = {**route_headers(gen), **exc.headers, **_request_headers(request, request_id)}
         raise
     finally:
         await gen.aclose()
-    return Response(payload, headers={**route_headers(gen), "x-request-id": request_id})
+    return Response(
+        payload, headers={**route_headers(gen), **_request_headers(request, request_id)}
+    )
+
+
+def _request_headers(request: Request[Any, Any, Any], request_id: str) -> dict[str, str]:
+    """The request's id, and the fields it sent that changed nothing (never ignored silently)."""
+    headers = {"x-request-id": request_id}
+    if ignored := request.state.get(IGNORED):
+        headers["x-zest-ignored"] = ", ".join(ignored)
+    return headers
 
 
 async def _unless_disconnected(request: Request[Any, Any, Any], work: Awaitable[T]) -> T:
@@ -154,9 +170,27 @@ async def task_endpoint(
 
 @get("/models")
 async def list_models(runtime: Runtime) -> dict[str, Any]:
-    config = runtime.routes.config
-    data = [
-        {
+    return {"object": "list", "data": list(_model_entries(runtime.routes.config).values())}
+
+
+@get("/models/{model_id:path}")
+async def retrieve_model(model_id: str, runtime: Runtime) -> dict[str, Any]:
+    """One entry of GET /v1/models (the openai client's models.retrieve): a task, or a model
+    callable by id (expose_models)."""
+    entries = _model_entries(runtime.routes.config)
+    found = entries.get(model_id.lstrip("/"))
+    if found is None:
+        raise UnknownTaskError(
+            f"unknown model {model_id.lstrip('/')!r}: use one of {', '.join(entries)} "
+            "(GET /v1/models lists them)"
+        )
+    return found
+
+
+def _model_entries(config: RoutesFile) -> dict[str, dict[str, Any]]:
+    """The tasks, then (expose_models) the models, as OpenAI model objects by id."""
+    entries = {
+        task: {
             "id": task,
             "object": "model",
             "created": 0,
@@ -171,19 +205,20 @@ async def list_models(runtime: Runtime) -> dict[str, Any]:
             },
         }
         for task, route in config.routes.items()
-    ]
+    }
     if config.expose_models:
-        data += [
-            {
-                "id": model_id,
-                "object": "model",
-                "created": 0,
-                "owned_by": "zest",
-                "zest": {"type": "model", "engine": model.engine},
-            }
-            for model_id, model in config.models.items()
-        ]
-    return {"object": "list", "data": data}
+        for model_id, model in config.models.items():
+            entries.setdefault(
+                model_id,
+                {
+                    "id": model_id,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "zest",
+                    "zest": {"type": "model", "engine": model.engine},
+                },
+            )
+    return entries
 
 
 @get("/routes/{task:str}/explain")
@@ -282,6 +317,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         completions,
         task_endpoint,
         list_models,
+        retrieve_model,
         health,
         explain_get,
         explain_post,

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 from typing import Any, TypeVar
 
 from litestar import Request
 from pydantic import BaseModel, ValidationError
 
 from zest.errors import BadRequestError
+from zest.gateway.serving import IGNORED_FIELDS, SamplingFields
 
-__all__ = ["REQUESTED_TASK", "parse_body"]
+__all__ = ["IGNORED", "REQUESTED_TASK", "parse_body"]
+
+log = logging.getLogger("zest.gateway")
 
 # request.state key: the task (or model) a body names, read by whoever reports the request.
 REQUESTED_TASK = "zest_requested_task"
+# request.state key: the OpenAI fields the body sent that change nothing here (x-zest-ignored).
+IGNORED = "zest_ignored_fields"
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -31,10 +37,22 @@ async def parse_body(request: Request[Any, Any, Any], schema: type[Body]) -> Bod
         raise BadRequestError("the request body must be a JSON object")
     if isinstance(data.get("model"), str):  # what the body asks for, even if it is invalid
         request.state[REQUESTED_TASK] = data["model"]
+    if issubclass(schema, SamplingFields):
+        request.state[IGNORED] = _drop_ignored(data)
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
         raise _validation_error(exc, schema) from None
+
+
+def _drop_ignored(data: dict[str, Any]) -> list[str]:
+    """Take out the fields that change nothing for a local model; return their names."""
+    ignored = [name for name in IGNORED_FIELDS if name in data]
+    for name in ignored:
+        del data[name]
+    if ignored:
+        log.debug("ignored fields that change nothing here: %s", ", ".join(ignored))
+    return ignored
 
 
 def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadRequestError:

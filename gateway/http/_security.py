@@ -19,6 +19,7 @@ EXPOSED_HEADERS = [
     "x-zest-fallbacks",
     "x-zest-trimmed",
     "x-zest-pipeline",
+    "x-zest-ignored",
     "retry-after",
 ]
 

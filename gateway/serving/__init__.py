@@ -18,6 +18,7 @@ from zest.gateway.serving._reload import (
     ReloadOutcome,
 )
 from zest.gateway.serving._requests import (
+    IGNORED_FIELDS,
     ChatMessage,
     ChatRequest,
     CompletionRequest,
@@ -42,6 +43,7 @@ from zest.gateway.serving._tokens import (
 )
 
 __all__ = [
+    "IGNORED_FIELDS",
     "ChatMessage",
     "ChatRequest",
     "CompletionRequest",

@@ -41,7 +41,7 @@ from zest.policies import (
     plan_budget,
     prompt_limit,
 )
-from zest.router import Attempt, LoadedRoutes, Plan, RouteConfig, find_route
+from zest.router import Attempt, LoadedRoutes, Plan, ResponseFormat, RouteConfig, find_route
 
 __all__ = ["Generation", "build_prompt", "start_generation"]
 
@@ -279,4 +279,12 @@ class _Walk:
             priority=route.priority,
             label=label,
             privacy=route.privacy,
+            response_format=_response_format(route, body),
         )
+
+
+def _response_format(route: RouteConfig, body: SamplingFields) -> ResponseFormat | None:
+    """The route's own format wins over the client's (a task that always answers in its
+    schema); free text is no constraint."""
+    chosen = route.response_format or body.response_format
+    return chosen if chosen is not None and chosen.type != "text" else None

@@ -6,7 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from zest.router import ResponseFormat
+
 __all__ = [
+    "IGNORED_FIELDS",
     "ChatMessage",
     "ChatRequest",
     "CompletionRequest",
@@ -16,6 +19,21 @@ __all__ = [
 ]
 
 MAX_STOPS = 16
+
+# OpenAI fields that change nothing for a model served here: accepted, and named back to the
+# client (x-zest-ignored) so that nothing is ignored silently. A field that would change the
+# answer is never here: unsupported, it stays a 400 naming it.
+IGNORED_FIELDS: dict[str, str] = {
+    "store": "zest keeps no stored completions",
+    "metadata": "tags for OpenAI's stored completions",
+    "user": "an end-user id for OpenAI's abuse monitoring",
+    "safety_identifier": "an end-user id for OpenAI's abuse monitoring",
+    "prompt_cache_key": "zest's prefix cache needs no key",
+    "service_tier": "one tier: the route decides the device",
+    "parallel_tool_calls": "a hint about tool calls; the model decides how many it makes",
+    "reasoning_effort": "for reasoning models; routes choose the model",
+    "prediction": "predicted outputs speed up OpenAI's models; the answer is the same without",
+}
 
 
 class _Body(BaseModel):
@@ -59,7 +77,7 @@ class SamplingFields(_Body):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: Literal[1] = 1
-    user: str | None = None
+    response_format: ResponseFormat | None = None
     logprobs: Literal[False] | None = None
 
     @field_validator("stop")

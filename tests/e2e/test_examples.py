@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from tests.e2e.conftest import REPO, Server, start_server, stop_server
@@ -68,3 +71,63 @@ def test_exposed_models_are_addressable_by_id(exposed: Server) -> None:
             reply = http.post(path, json={"model": "smollm2", "max_tokens": 3, **body})
             assert reply.status_code == 200, reply.text
             assert reply.headers["x-zest-route"].startswith("task=smollm2; model=smollm2;")
+
+
+@pytest.fixture(scope="module")
+def extraction(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("extraction") / "zest.log"
+    running = start_server(EXAMPLES / "routes" / "extraction.yaml", log)
+    yield running
+    stop_server(running)
+
+
+def test_the_extraction_task_answers_in_its_schema_whatever_the_client_sends(
+    extraction: Server,
+) -> None:
+    invoice = json.loads(run_example(extraction, "extract.py", "Invoice 7 from Bolt Ltd, 12 USD"))
+    assert set(invoice) == {"number", "vendor", "total", "currency"}
+    assert isinstance(invoice["total"], int | float)
+    assert invoice["currency"] in {"EUR", "USD", "GBP"}
+    # The route's format wins over the client's (json_object here): still the invoice schema.
+    client = openai.OpenAI(base_url=extraction.v1, api_key="unused", max_retries=0, timeout=60)
+    answer = client.chat.completions.create(
+        model="extract_invoice",
+        messages=[{"role": "user", "content": "Invoice 9 from ACME, total 3 EUR"}],
+        response_format={"type": "json_object"},
+    )
+    assert set(json.loads(answer.choices[0].message.content or "")) == set(invoice)
+
+
+def test_a_client_schema_constrains_a_plain_chat_task(extraction: Server) -> None:
+    client = openai.OpenAI(base_url=extraction.v1, api_key="unused", max_retries=0, timeout=60)
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 40},
+            "country": {"type": "string", "maxLength": 40},
+        },
+        "required": ["city", "country"],
+        "additionalProperties": False,
+    }
+    place = {"name": "place", "schema": schema, "strict": True}
+    fmt: Any = {"type": "json_schema", "json_schema": place}
+    stream = client.chat.completions.create(
+        model="chat",
+        messages=[{"role": "user", "content": "Name a city and its country."}],
+        response_format=fmt,
+        temperature=0,
+        stream=True,
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert set(json.loads(text)) == {"city", "country"}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="chat",
+            messages=[{"role": "user", "content": "Hi"}],
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"not": {}}},
+            },
+        )
+    assert refused.value.param == "response_format"
+    assert "cannot constrain the output to this JSON Schema" in refused.value.message

@@ -119,6 +119,54 @@ def test_models_lists_the_tasks(client: openai.OpenAI) -> None:
     assert ids == ["chat", "autocomplete", "summarization"]
 
 
+def test_models_retrieve_names_a_task_and_refuses_an_unknown_id(client: openai.OpenAI) -> None:
+    chat = client.models.retrieve("chat")
+    assert (chat.id, chat.object, chat.owned_by) == ("chat", "model", "zest")
+    assert chat.model_extra is not None
+    assert chat.model_extra["zest"]["kind"] == "chat"
+    assert chat.model_extra["zest"]["model"] == "smollm2"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("nope")
+    assert missing.value.code == "model_not_found"
+    assert "GET /v1/models lists them" in missing.value.message
+
+
+def test_fields_that_change_nothing_here_are_accepted_and_named_back(
+    client: openai.OpenAI,
+) -> None:
+    """What agent frameworks send by default (store, metadata, user, ...) is not a 400: the
+    answer is the same as without them, and x-zest-ignored says which were ignored."""
+    plain = client.chat.completions.create(
+        model="chat", messages=QUESTION, max_tokens=8, temperature=0
+    )
+    raw = client.chat.completions.with_raw_response.create(
+        model="chat",
+        messages=QUESTION,
+        max_tokens=8,
+        temperature=0,
+        store=False,
+        metadata={"team": "search"},
+        user="user-42",
+        service_tier="auto",
+        reasoning_effort="low",
+    )
+    assert raw.headers["x-zest-ignored"] == (
+        "store, metadata, user, service_tier, reasoning_effort"
+    )
+    assert raw.parse().choices[0].message.content == plain.choices[0].message.content
+    stream = client.completions.with_raw_response.create(
+        model="autocomplete", prompt="def f():", max_tokens=4, stream=True, user="u"
+    )
+    assert stream.headers["x-zest-ignored"] == "user"
+    assert list(stream.parse())
+    assert (
+        "x-zest-ignored"
+        not in client.chat.completions.with_raw_response.create(
+            model="chat", messages=QUESTION, max_tokens=2
+        ).headers
+    )
+
+
 def test_errors_arrive_as_openai_exceptions(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="nope", messages=QUESTION)

@@ -19,7 +19,7 @@ from zest.errors import (
     RequestError,
     ServiceUnavailableError,
 )
-from zest.router import REMOTE_DEVICE, Placement, RemoteModel
+from zest.router import REMOTE_DEVICE, Placement, RemoteModel, ResponseFormat
 
 HELLO = ({"role": "user", "content": "Say hello."},)
 
@@ -95,6 +95,18 @@ def test_a_completion_prompt_goes_to_the_completions_endpoint(proxy: Proxy) -> N
     [sent] = proxy.requests
     assert sent.path == "/v1/completions"
     assert (sent.body["prompt"], sent.body["stop"]) == ("def square(x):", ["\n\n"])
+
+
+def test_a_response_format_is_forwarded_as_openai_spells_it(proxy: Proxy) -> None:
+    """(The test upstream, llama_cpp.server, takes json_object only: a json_schema format is
+    forwarded the same way, as tests/unit/router's as_openai test shows.)"""
+    remote = engine(proxy.v1)
+    remote.load()
+    fmt = ResponseFormat(type="json_object")
+    deltas = run(remote, job(response_format=fmt, max_tokens=24))
+    assert deltas[-1].finish_reason in {"stop", "length"}
+    [sent] = proxy.requests
+    assert sent.body["response_format"] == {"type": "json_object"}
 
 
 def test_the_key_comes_from_the_named_variable(

@@ -46,8 +46,8 @@ def test_a_misspelt_route_key_suggests_the_right_one() -> None:
     assert problems(text) == [
         "routes.yaml: routes.chat.devcie: unknown key 'devcie': did you mean 'device'? "
         "(allowed: allow_cpu, context, description, device, fallback, hybrid_min_prompt_tokens, "
-        "kind, max_tokens, model, on_failure, priority, privacy, sampling, system_prompt, "
-        "timeouts)"
+        "kind, max_tokens, model, on_failure, priority, privacy, response_format, sampling, "
+        "system_prompt, timeouts)"
     ]
 
 
