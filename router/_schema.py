@@ -368,6 +368,8 @@ class RouteConfig(_Strict):
     # The answer's format for every request of this task, whatever the client sends (e.g. an
     # extraction task that always answers in its JSON Schema).
     response_format: ResponseFormat | None = None
+    # Whether requests may send tools (chat routes): deny refuses them with a 400.
+    tools: Literal["allow", "deny"] = "allow"
 
     @field_validator("device")
     @classmethod

@@ -46,6 +46,7 @@ from zest.gateway.serving import (
     describe_inventory,
     explain_task,
     start_generation,
+    tool_use_for,
 )
 from zest.router import REMOTE_DEVICE, RoutesFile, find_route
 
@@ -130,8 +131,17 @@ async def chat_completions(
     request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
 ) -> Response[Any]:
     body = await parse_body(request, ChatRequest)
+    answer_schema = body.response_format.constraint() if body.response_format else None
+    tools = tool_use_for(body.tools, body.tool_choice, answer_schema, body.parallel_tool_calls)
     return await _respond(
-        request, runtime, body.model, "chat", body, record=record, messages=body.messages
+        request,
+        runtime,
+        body.model,
+        "chat",
+        body,
+        record=record,
+        messages=body.messages,
+        tools=tools,
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from zest.engines import StageStats
 from zest.errors import EngineError, RequestError
-from zest.gateway.serving import Generation
+from zest.gateway.serving import Generation, ToolAnswer
 from zest.policies import Trimmed
 
 __all__ = ["collect_body", "header_value", "route_headers", "sse_events", "zest_extension"]
@@ -121,15 +121,40 @@ async def collect_body(gen: Generation, kind: Kind, requested_model: str) -> dic
         parts.append(delta.text)
         if delta.finish_reason is not None:
             finish, produced = delta.finish_reason, delta.completion_tokens
+    text = "".join(parts)
+    if gen.tools is not None:
+        choice = _tool_choice(gen.tools.read(text), finish)
+    else:
+        choice = _choice(kind, text, finish, chunk=False)
     return {
         "id": _new_id(kind),
         "object": _OBJECT[kind],
         "created": int(time.time()),
         "model": requested_model,
-        "choices": [_choice(kind, "".join(parts), finish, chunk=False)],
+        "choices": [choice],
         "usage": _usage(gen, produced),
         "zest": zest_extension(gen),
     }
+
+
+def _tool_choice(answer: ToolAnswer, finish: str) -> dict[str, Any]:
+    """A chat choice from a tool-use answer: its calls (finish_reason tool_calls) or content."""
+    message: dict[str, Any] = {"role": "assistant", "content": answer.content}
+    if answer.calls:
+        message["tool_calls"] = list(answer.calls)
+    return {
+        "index": 0,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": answer.finish_reason or finish,
+    }
+
+
+def _tool_deltas(answer: ToolAnswer) -> list[dict[str, Any]]:
+    """A tool-use answer as stream deltas: each call whole, or the content."""
+    if not answer.calls:
+        return [{"content": answer.content or ""}]
+    return [{"tool_calls": [{"index": i, **call}]} for i, call in enumerate(answer.calls)]
 
 
 def _event(payload: dict[str, Any]) -> bytes:
@@ -162,15 +187,23 @@ async def sse_events(
                     }
                 ]
             )
+        held: list[str] = []  # a tool-use answer is read whole, then sent as its calls
         async for delta in gen.deltas():
-            if delta.text:
+            if delta.text and gen.tools is not None:
+                held.append(delta.text)
+            elif delta.text:
                 yield chunk([_choice(kind, delta.text, None, chunk=True)])
-            if delta.finish_reason is not None:
-                yield chunk(
-                    [_choice(kind, "", delta.finish_reason, chunk=True)], zest=zest_extension(gen)
-                )
-                if include_usage:
-                    yield chunk([], usage=_usage(gen, delta.completion_tokens))
+            if delta.finish_reason is None:
+                continue
+            finish: str = delta.finish_reason
+            if gen.tools is not None:
+                answer = gen.tools.read("".join(held))
+                for piece in _tool_deltas(answer):
+                    yield chunk([{"index": 0, "delta": piece, "finish_reason": None}])
+                finish = answer.finish_reason or finish
+            yield chunk([_choice(kind, "", finish, chunk=True)], zest=zest_extension(gen))
+            if include_usage:
+                yield chunk([], usage=_usage(gen, delta.completion_tokens))
         yield b"data: [DONE]\n\n"
     except RequestError as exc:
         log.warning("stream for task %s failed after it began: %s", gen.plan.task, exc)

@@ -41,6 +41,11 @@ from zest.gateway.serving._timeouts import (
 from zest.gateway.serving._tokens import (
     Tokens,
 )
+from zest.gateway.serving._tools import (
+    ToolAnswer,
+    ToolUse,
+    tool_use_for,
+)
 
 __all__ = [
     "IGNORED_FIELDS",
@@ -59,6 +64,8 @@ __all__ = [
     "StreamOptions",
     "TaskRequest",
     "Tokens",
+    "ToolAnswer",
+    "ToolUse",
     "build_prompt",
     "describe_inventory",
     "explain_task",
@@ -67,4 +74,5 @@ __all__ = [
     "next_delta",
     "plan_for",
     "start_generation",
+    "tool_use_for",
 ]

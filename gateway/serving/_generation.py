@@ -31,6 +31,7 @@ from zest.gateway.serving._requests import ChatMessage, SamplingFields
 from zest.gateway.serving._runtime import Runtime
 from zest.gateway.serving._timeouts import Deadline, first_delta, next_delta
 from zest.gateway.serving._tokens import Tokens
+from zest.gateway.serving._tools import ToolUse
 from zest.policies import (
     Budget,
     Fitted,
@@ -67,6 +68,8 @@ class Generation:
     reported_prompt_tokens: int | None = None
     # The budget counted the prompt approximately (the model has no local tokenizer).
     counted_approximately: bool = False
+    # The request's tools: the answer is their constrained JSON, read back into tool_calls.
+    tools: ToolUse | None = None
     # Told what happens to the request: first token, each delta, how it ended.
     events: RequestEvents = field(default_factory=RequestEvents)
 
@@ -109,35 +112,56 @@ async def start_generation(
     request_id: str,
     messages: list[ChatMessage] | None = None,
     prompt: str | None = None,
+    tools: ToolUse | None = None,
     events: RequestEvents | None = None,
 ) -> Generation:
     events = events or RequestEvents()
     events.task_named(name)
     routes = runtime.routes  # this request's table, to its end, whatever a reload does
     route = find_route(name, kind, routes.config)
-    asked = build_prompt(route, kind, messages, prompt)
+    _check_tools(name, route, tools)
+    asked = build_prompt(route, kind, messages, prompt, tools)
     deadline = Deadline.start(name, route.timeouts)
     counted = await runtime.count_prompt(routes, route.model, asked)
     plan = runtime.plan(routes, name, route, prompt_tokens=counted)
-    return await _Walk(runtime, routes, plan, asked, body, request_id, deadline, events).run()
+    walk = _Walk(runtime, routes, plan, asked, body, request_id, deadline, events, tools)
+    return await walk.run()
+
+
+def _check_tools(name: str, route: RouteConfig, tools: ToolUse | None) -> None:
+    if tools is None:
+        return
+    if route.tools == "deny":
+        raise BadRequestError(
+            f"task {name!r} does not accept tools (tools: deny in routes.yaml): send the "
+            "request without tools, or allow them on the route",
+            param="tools",
+        )
+    if route.response_format is not None:
+        raise BadRequestError(
+            f"task {name!r} answers in its own response_format (routes.yaml): it takes no "
+            "tools; send the request without tools",
+            param="tools",
+        )
 
 
 def build_prompt(
-    route: RouteConfig, kind: Kind, messages: Sequence[ChatMessage] | None, prompt: str | None
+    route: RouteConfig,
+    kind: Kind,
+    messages: Sequence[ChatMessage] | None,
+    prompt: str | None,
+    tools: ToolUse | None = None,
 ) -> Prompt:
-    """The request's prompt: a chat's messages (with the route's system prompt first), or a
-    completion's text."""
+    """The request's prompt: a chat's messages (with the route's system prompt first, and the
+    tools described), or a completion's text."""
     if kind == "completion" or messages is None:
         return Prompt.completion(prompt or "")
-    chat: list[Message] = (
-        [{"role": "system", "content": route.system_prompt}] if route.system_prompt else []
-    )
-    return Prompt.chat(chat + [{"role": _role(m.role), "content": m.text()} for m in messages])
-
-
-def _role(role: str) -> str:
-    # OpenAI's newer "developer" role is the system role of every chat template we serve.
-    return "system" if role == "developer" else role
+    chat: list[Message] = [m.as_sent() for m in messages]
+    system = [p for p in (route.system_prompt, tools and tools.system_text()) if p]
+    if system and chat[0]["role"] == "system":  # one system turn: templates expect one, first
+        system.append(chat.pop(0)["content"])
+    head: list[Message] = [{"role": "system", "content": "\n\n".join(system)}] if system else []
+    return Prompt.chat(head + chat)
 
 
 @dataclass
@@ -152,6 +176,7 @@ class _Walk:
     request_id: str
     deadline: Deadline
     events: RequestEvents
+    tools: ToolUse | None = None
     fallbacks: list[str] = field(default_factory=list)
     loading: bool = False
 
@@ -217,6 +242,7 @@ class _Walk:
             trimmed=fitted.trimmed,
             deadline=self.deadline,
             counted_approximately=tokenizer is None,
+            tools=self.tools,
         )
 
     def _fit(self, tokenizer: Tokenizer | None, info: EngineInfo) -> tuple[Fitted, Budget, Prompt]:
@@ -279,7 +305,9 @@ class _Walk:
             priority=route.priority,
             label=label,
             privacy=route.privacy,
-            response_format=_response_format(route, body),
+            response_format=self.tools.response_format()
+            if self.tools
+            else _response_format(route, body),
         )
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from zest.gateway.serving._tools import Tool, ToolCall, ToolChoice
 from zest.router import ResponseFormat
 
 __all__ = [
@@ -30,7 +32,6 @@ IGNORED_FIELDS: dict[str, str] = {
     "safety_identifier": "an end-user id for OpenAI's abuse monitoring",
     "prompt_cache_key": "zest's prefix cache needs no key",
     "service_tier": "one tier: the route decides the device",
-    "parallel_tool_calls": "a hint about tool calls; the model decides how many it makes",
     "reasoning_effort": "for reasoning models; routes choose the model",
     "prediction": "predicted outputs speed up OpenAI's models; the answer is the same without",
 }
@@ -46,14 +47,50 @@ class TextPart(_Body):
 
 
 class ChatMessage(_Body):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    # None only for an assistant turn that called tools.
+    content: str | list[TextPart] | None = None
     name: str | None = None
+    # An assistant turn's calls, and a tool result's call id (OpenAI's history shape).
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _has_content(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        return self
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+    def as_sent(self) -> dict[str, str]:
+        """This turn as the model reads it: a call as the JSON it answers in (see _tools), a
+        tool's result as a user turn naming its call; "developer" is the system role."""
+        if self.tool_calls:
+            calls = [
+                {"name": c.function.name, "arguments": _arguments(c.function.arguments)}
+                for c in self.tool_calls
+            ]
+            return {"role": "assistant", "content": json.dumps({"tool_calls": calls})}
+        if self.role == "tool":
+            call = f" {self.tool_call_id}" if self.tool_call_id else ""
+            named = f" ({self.name})" if self.name else ""
+            return {"role": "user", "content": f"Result of tool call{call}{named}: {self.text()}"}
+        return {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text  # as the client sent it: the model reads what it was given
 
 
 class StreamOptions(_Body):
@@ -116,6 +153,10 @@ def _check_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
 class ChatRequest(SamplingFields):
     model: str
     messages: list[ChatMessage]
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    # False: at most one call per answer (the constraint says so).
+    parallel_tool_calls: bool | None = None
 
     _messages = field_validator("messages")(_check_messages)
 

@@ -47,6 +47,14 @@ def test_summarize_example_reads_stdin(server: Server) -> None:
     assert run_example(server, "summarize.py", stdin="Rain fell all day in the city. " * 5).strip()
 
 
+def test_agent_example_calls_its_tool_and_uses_the_result(server: Server) -> None:
+    out = run_example(server, "agent.py", "What is 12.5 plus 30?")
+    first = out.splitlines()[0]
+    assert first.startswith("[tool] add(")
+    arguments = json.loads(first.removeprefix("[tool] add(").rsplit(") = ", 1)[0])
+    assert first.endswith(f" = {arguments['a'] + arguments['b']}")
+
+
 @pytest.mark.parametrize("path", sorted((EXAMPLES / "routes").glob("*.yaml")), ids=lambda p: p.name)
 def test_sample_routes_files_are_valid(path: Path) -> None:
     assert load_routes(path).config.routes

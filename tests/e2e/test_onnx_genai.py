@@ -6,7 +6,9 @@ Runtime GenAI next to the GGUF on llama.cpp.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import openai
 import pytest
@@ -104,3 +106,30 @@ def test_the_llamacpp_route_beside_it_says_so(client: openai.OpenAI) -> None:
 
 def test_models_lists_the_tasks(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == ["chat", "autocomplete", "chat-gguf"]
+
+
+def test_tool_calls_on_onnx_genai_follow_the_tools_schema(client: openai.OpenAI) -> None:
+    """The same constrained tool use through ONNX Runtime GenAI's guidance."""
+    weather: Any = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 40}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    reply = client.chat.completions.create(
+        model="chat",
+        messages=[{"role": "user", "content": "What is the weather in Rome?"}],
+        tools=[weather],
+        tool_choice="required",
+        temperature=0,
+    )
+    assert reply.choices[0].finish_reason == "tool_calls"
+    for call in reply.choices[0].message.tool_calls or []:
+        assert call.function.name == "get_weather"
+        assert set(json.loads(call.function.arguments)) == {"city"}

@@ -1,0 +1,218 @@
+"""Tool calling on any local model: the tools described in a system message, the answer
+constrained to JSON that either calls tools or responds (one JSON Schema, enforced by the
+engines' grammar), then read back into OpenAI's `tool_calls`.
+
+The constrained form is what makes `required` and named calls always parse and validate against
+each tool's parameters, whatever the model's size (llama.cpp's server calls it the generic
+format). History in OpenAI's shape (assistant `tool_calls`, `tool` results) is written back into
+the same form, so the model sees its earlier calls as it made them.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from zest.errors import BadRequestError
+from zest.router import ResponseFormat
+
+__all__ = [
+    "FunctionCall",
+    "NamedToolChoice",
+    "Tool",
+    "ToolAnswer",
+    "ToolCall",
+    "ToolUse",
+    "tool_use_for",
+]
+
+# Calls one answer may make: small models repeat a call when the array is unbounded.
+MAX_CALLS = 4
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Function(_Body):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    strict: bool | None = None
+
+
+class Tool(_Body):
+    type: Literal["function"]
+    function: Function
+
+
+class FunctionName(_Body):
+    name: str
+
+
+class NamedToolChoice(_Body):
+    type: Literal["function"]
+    function: FunctionName
+
+
+class FunctionCall(_Body):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(_Body):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+@dataclass(frozen=True)
+class ToolAnswer:
+    """What a constrained answer said: tool calls, or content (or the raw text, if cut)."""
+
+    content: str | None
+    calls: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def finish_reason(self) -> str | None:
+        return "tool_calls" if self.calls else None
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """The tools a request may call and how: the system text, the constraint, the reading."""
+
+    tools: tuple[Tool, ...]
+    choice: Literal["auto", "required"] | str  # a str other than those: the one named tool
+    # The client's own response_format for a direct answer (None: free text).
+    answer_schema: dict[str, Any] | None = None
+    # parallel_tool_calls: more than one call per answer.
+    parallel: bool = True
+
+    def system_text(self) -> str:
+        listed = [
+            {
+                "name": t.function.name,
+                "description": t.function.description or "",
+                "parameters": t.function.parameters,
+            }
+            for t in self.callable()
+        ]
+        how = {
+            "auto": 'or, to answer directly, {"response": ...}',
+            "required": "(you must call at least one tool)",
+        }.get(self.choice, f"(you must call {self.choice})")
+        return (
+            "You can call these tools:\n"
+            f"{json.dumps(listed, ensure_ascii=False)}\n"
+            'Answer in JSON: {"tool_calls": [{"name": ..., "arguments": {...}}]} to call tools '
+            f"{how}. A tool's result comes back in a later message."
+        )
+
+    def callable(self) -> tuple[Tool, ...]:
+        if self.choice in ("auto", "required"):
+            return self.tools
+        return tuple(t for t in self.tools if t.function.name == self.choice)
+
+    def response_format(self) -> ResponseFormat:
+        """The answer's JSON Schema, for the engines' grammar."""
+        call_items = [
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": t.function.name},
+                    "arguments": t.function.parameters,
+                },
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+            for t in self.callable()
+        ]
+        calls = {
+            "type": "object",
+            "properties": {
+                "tool_calls": {
+                    "type": "array",
+                    "items": {"anyOf": call_items} if len(call_items) > 1 else call_items[0],
+                    "minItems": 1,
+                    "maxItems": MAX_CALLS if self.parallel else 1,
+                }
+            },
+            "required": ["tool_calls"],
+            "additionalProperties": False,
+        }
+        schema = calls
+        if self.choice == "auto":
+            answer = {
+                "type": "object",
+                "properties": {"response": self.answer_schema or {"type": "string"}},
+                "required": ["response"],
+                "additionalProperties": False,
+            }
+            schema = {"anyOf": [calls, answer]}
+        return ResponseFormat.model_validate(
+            {"type": "json_schema", "json_schema": {"name": "tool_use", "schema": schema}}
+        )
+
+    def read(self, text: str) -> ToolAnswer:
+        """The answer's calls (OpenAI's shape, new ids) or content; text that is not the
+        constrained JSON (cut by max_tokens) is returned as it is."""
+        try:
+            said = json.loads(text)
+        except json.JSONDecodeError:
+            return ToolAnswer(text)
+        if isinstance(said, dict) and isinstance(said.get("tool_calls"), list):
+            # The same call twice in one answer asks nothing more (small models repeat).
+            unique = {json.dumps(c, sort_keys=True): c for c in said["tool_calls"]}
+            return ToolAnswer(None, tuple(_call(c) for c in unique.values()))
+        if isinstance(said, dict) and "response" in said:
+            response = said["response"]
+            return ToolAnswer(response if isinstance(response, str) else json.dumps(response))
+        return ToolAnswer(text)
+
+
+def _call(said: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "call_" + secrets.token_hex(12),
+        "type": "function",
+        "function": {
+            "name": str(said.get("name", "")),
+            "arguments": json.dumps(said.get("arguments", {}), ensure_ascii=False),
+        },
+    }
+
+
+def tool_use_for(
+    tools: Sequence[Tool] | None,
+    choice: ToolChoice | None,
+    answer_schema: dict[str, Any] | None,
+    parallel: bool | None = None,
+) -> ToolUse | None:
+    """The request's tool use (None: no tools, or tool_choice none)."""
+    if not tools:
+        if choice not in (None, "none", "auto"):
+            raise BadRequestError(
+                "tool_choice asks for a tool call but the request sends no tools: send tools",
+                param="tool_choice",
+            )
+        return None
+    if choice == "none":
+        return None
+    if isinstance(choice, NamedToolChoice):
+        name = choice.function.name
+        if name not in {t.function.name for t in tools}:
+            raise BadRequestError(
+                f"tool_choice names {name!r}, which is not among the tools sent: "
+                f"use one of {', '.join(t.function.name for t in tools)}",
+                param="tool_choice",
+            )
+        return ToolUse(tuple(tools), name, answer_schema, parallel is not False)
+    return ToolUse(tuple(tools), choice or "auto", answer_schema, parallel is not False)

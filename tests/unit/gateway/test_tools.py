@@ -1,0 +1,140 @@
+"""Tool use in the constrained form: the schema each tool_choice gives, and reading answers
+back into OpenAI's tool_calls (pure: the e2e tests run it on the real model)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from zest.errors import BadRequestError
+from zest.gateway.serving import ChatMessage, ChatRequest, tool_use_for
+from zest.gateway.serving._tools import NamedToolChoice, Tool
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+}
+TOOLS = [
+    Tool.model_validate(
+        {"type": "function", "function": {"name": "weather", "parameters": WEATHER}}
+    ),
+    Tool.model_validate({"type": "function", "function": {"name": "time"}}),
+]
+
+
+def choose(name: str) -> NamedToolChoice:
+    return NamedToolChoice.model_validate({"type": "function", "function": {"name": name}})
+
+
+def schema_of(choice: Any, **extra: Any) -> dict[str, Any]:
+    use = tool_use_for(TOOLS, choice, None, **extra)
+    assert use is not None
+    constraint = use.response_format().constraint()
+    assert constraint is not None
+    return constraint
+
+
+def test_auto_may_call_any_tool_or_answer() -> None:
+    calls, answer = schema_of("auto")["anyOf"]
+    names = [
+        item["properties"]["name"]["const"]
+        for item in calls["properties"]["tool_calls"]["items"]["anyOf"]
+    ]
+    assert names == ["weather", "time"]
+    assert answer["properties"] == {"response": {"type": "string"}}
+
+
+def test_required_must_call_and_a_named_choice_calls_that_tool_only() -> None:
+    required = schema_of("required")
+    assert required["required"] == ["tool_calls"]
+    named = schema_of(
+        NamedToolChoice.model_validate({"type": "function", "function": {"name": "weather"}})
+    )
+    item = named["properties"]["tool_calls"]["items"]
+    assert item["properties"] == {"name": {"const": "weather"}, "arguments": WEATHER}
+
+
+def test_parallel_tool_calls_false_allows_one_call() -> None:
+    assert schema_of("required", parallel=False)["properties"]["tool_calls"]["maxItems"] == 1
+
+
+def test_none_and_no_tools_use_no_tools() -> None:
+    assert tool_use_for(TOOLS, "none", None) is None
+    assert tool_use_for(None, None, None) is None
+    with pytest.raises(BadRequestError) as refused:
+        tool_use_for(None, "required", None)
+    assert refused.value.param == "tool_choice"
+    with pytest.raises(BadRequestError) as unknown:
+        tool_use_for(
+            TOOLS,
+            NamedToolChoice.model_validate({"type": "function", "function": {"name": "x"}}),
+            None,
+        )
+    assert "use one of weather, time" in unknown.value.message
+
+
+def test_a_client_response_format_shapes_the_direct_answer() -> None:
+    use = tool_use_for(TOOLS, "auto", {"type": "object"})
+    assert use is not None
+    constraint = use.response_format().constraint()
+    assert constraint is not None
+    assert constraint["anyOf"][1]["properties"]["response"] == {"type": "object"}
+    assert use.read('{"response": {"a": 1}}').content == '{"a": 1}'
+
+
+def test_reading_calls_gives_openai_tool_calls_without_repeats() -> None:
+    use = tool_use_for(TOOLS, "auto", None)
+    assert use is not None
+    said = {"tool_calls": [{"name": "weather", "arguments": {"city": "Oslo"}}] * 3}
+    answer = use.read(json.dumps(said))
+    assert answer.finish_reason == "tool_calls"
+    assert answer.content is None
+    [call] = answer.calls
+    assert call["id"].startswith("call_")
+    assert call["function"] == {"name": "weather", "arguments": '{"city": "Oslo"}'}
+
+
+def test_a_direct_answer_is_content_and_a_cut_answer_is_kept_as_it_is() -> None:
+    use = tool_use_for(TOOLS, "auto", None)
+    assert use is not None
+    assert use.read('{"response": "Hello"}').content == "Hello"
+    assert use.read('{"response": "Hel').content == '{"response": "Hel'
+    assert use.read('{"response": "Hel').finish_reason is None
+
+
+def test_history_is_written_in_the_form_the_model_answers_in() -> None:
+    request = ChatRequest.model_validate(
+        {
+            "model": "chat",
+            "messages": [
+                {"role": "user", "content": "Weather in Oslo?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "12 C, rain"},
+            ],
+            "tools": [t.model_dump() for t in TOOLS],
+        }
+    )
+    sent = [m.as_sent() for m in request.messages]
+    assert sent[1] == {
+        "role": "assistant",
+        "content": '{"tool_calls": [{"name": "weather", "arguments": {"city": "Oslo"}}]}',
+    }
+    assert sent[2] == {"role": "user", "content": "Result of tool call call_1: 12 C, rain"}
+
+
+def test_only_an_assistant_turn_that_calls_tools_may_have_no_content() -> None:
+    with pytest.raises(ValueError, match="a user message needs content"):
+        ChatMessage.model_validate({"role": "user", "content": None})
