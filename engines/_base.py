@@ -11,10 +11,12 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from zest.errors import BadRequestError
 from zest.router import ENGINE_MODELS, Placement, ResponseFormat, kind_of
 
 __all__ = [
     "Delta",
+    "Embeddings",
     "Engine",
     "EngineFactory",
     "EngineInfo",
@@ -267,6 +269,23 @@ class Engine(ABC):
     def tokenizer(self) -> Tokenizer | None:
         """The loaded model's tokenizer (None: the engine has none, as a remote upstream)."""
         return None
+
+    async def embed(self, texts: Sequence[str], *, privacy: Privacy = "local_only") -> Embeddings:
+        """Pooled, L2-normalised vectors of `texts`, in order: the capability of embedding
+        models (routes.yaml lets only those serve kind: embedding routes); `privacy` is the
+        route's, as for a job."""
+        raise BadRequestError(
+            f"model {self.model_id!r} makes no embeddings: route kind: embedding tasks to an "
+            "embedding model"
+        )
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """An embedding model's answer: one vector per input, and the tokens it read."""
+
+    vectors: tuple[tuple[float, ...], ...]
+    prompt_tokens: int
 
 
 C_contra = TypeVar("C_contra", bound=BaseModel, contravariant=True)

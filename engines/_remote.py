@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,12 @@ from httpx_sse import EventSource, SSEError
 
 from zest.engines._base import (
     Delta,
+    Embeddings,
     Engine,
     EngineInfo,
     FinishReason,
     GenerationJob,
+    Privacy,
     StageStats,
 )
 from zest.errors import (
@@ -106,6 +108,38 @@ class RemoteEngine(Engine):
 
     def pending(self) -> int:
         return self._pending
+
+    async def embed(self, texts: Sequence[str], *, privacy: Privacy = "local_only") -> Embeddings:
+        """The upstream's /embeddings for `texts` (what privacy allows, as for generation)."""
+        self._refuse_if_strict()
+        if privacy != "allow_remote":
+            raise PrivacyError(
+                f"model {self.model_id!r} is remote and this request's route is local_only: "
+                "its input may not leave the machine"
+            )
+        client = self._client_now()
+        body = {"model": self.config.model, "input": list(texts), "encoding_format": "float"}
+        self._pending += 1
+        try:
+            response = await self._send(
+                client, client.build_request("POST", "/embeddings", json=body)
+            )
+            raw = await response.aread()
+            await response.aclose()
+        finally:
+            self._pending -= 1
+        if response.status_code != 200:
+            raise translate_status(response.status_code, raw, self.model_id, self.config)
+        try:
+            answer = json.loads(raw)
+            rows = sorted(answer["data"], key=lambda row: row["index"])
+            vectors = tuple(tuple(float(x) for x in row["embedding"]) for row in rows)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EngineError(
+                f"upstream {self.config.base_url} sent invalid embeddings: {exc}"
+            ) from exc
+        used = (answer.get("usage") or {}).get("prompt_tokens") or 0
+        return Embeddings(vectors, int(used))
 
     async def close(self) -> None:
         if self._client is not None:

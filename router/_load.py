@@ -15,7 +15,7 @@ from pydantic_core import ErrorDetails
 
 from zest.errors import ConfigError
 from zest.router._placement import parse_device
-from zest.router._schema import ENGINE_MODELS, ENGINES, RouteConfig, RoutesFile
+from zest.router._schema import ENGINE_MODELS, ENGINES, LlamaCppModel, RouteConfig, RoutesFile
 
 __all__ = ["LoadedRoutes", "load_routes", "parse_routes"]
 
@@ -128,6 +128,9 @@ def _placement_problems(
     config: RoutesFile, route: RouteConfig, *, where: str, at: str, model: str, device: str | None
 ) -> list[str]:
     """One attempt's model and device (at key path `at`) against the route's policies."""
+    kind_problem = _kind_problem(config, route, at=at, model=model)
+    if kind_problem:
+        return [kind_problem]
     if not config.models[model].local:
         problems = []
         if device not in (None, "auto"):
@@ -153,6 +156,23 @@ def _placement_problems(
         f"{at}.device: {device!r} runs on cpu, but {where}.allow_cpu is false: choose another "
         "device or set allow_cpu to true"
     ]
+
+
+def _kind_problem(config: RoutesFile, route: RouteConfig, *, at: str, model: str) -> str | None:
+    """An embedding route needs a model that embeds; a generating route one that generates."""
+    entry = config.models[model]
+    embeds = isinstance(entry, LlamaCppModel) and entry.options.embedding
+    if route.kind == "embedding" and entry.local and not embeds:
+        return (
+            f"{at}.model: {model!r} is not an embedding model, and this is a kind: embedding "
+            f"route: use a llamacpp model with options.embedding: true (or a remote model)"
+        )
+    if route.kind != "embedding" and embeds:
+        return (
+            f"{at}.model: {model!r} is an embedding model (options.embedding: true): it cannot "
+            f"serve a {route.kind} route; route it with kind: embedding"
+        )
+    return None
 
 
 def _policy_problems(where: str, route: RouteConfig) -> list[str]:

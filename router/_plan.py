@@ -29,8 +29,12 @@ from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 
 __all__ = ["Attempt", "ModelTraits", "Plan", "find_route", "plan_route"]
 
-Kind = Literal["chat", "completion"]
-_ENDPOINT = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+Kind = Literal["chat", "completion", "embedding"]
+_ENDPOINT = {
+    "chat": "/v1/chat/completions",
+    "completion": "/v1/completions",
+    "embedding": "/v1/embeddings",
+}
 STRICT_REASON = "ZEST_PRIVACY=strict: no remote engine may be reached"
 
 
@@ -91,7 +95,8 @@ def find_route(name: str, kind: Kind | None, routes: RoutesFile) -> RouteConfig:
         )
     if kind is not None and route.kind != kind:
         raise BadRequestError(
-            f"task {name!r} is a {route.kind} route: call {_ENDPOINT[route.kind]} "
+            f"task {name!r} is {'an' if route.kind == 'embedding' else 'a'} {route.kind} "
+            f"route: call {_ENDPOINT[route.kind]} "
             f"or POST /v1/tasks/{name} instead",
             param="model",
         )

@@ -71,6 +71,9 @@ class LlamaCppOptions(_Strict):
     prefix_cache_tokens: int = Field(default=0, ge=0)
     # Requests that may wait for a free sequence; more are refused with 429 and Retry-After.
     max_queue: int = Field(default=64, ge=0)
+    # Load as an embedding model (pooled vectors, no generation): what kind: embedding routes
+    # need (e.g. a GGUF of all-MiniLM-L6-v2).
+    embedding: bool = False
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -345,7 +348,8 @@ class ResponseFormat(_Strict):
 
 
 class RouteConfig(_Strict):
-    kind: Literal["chat", "completion"]
+    # chat (messages), completion (prompt), or embedding (input texts -> vectors).
+    kind: Literal["chat", "completion", "embedding"]
     model: str
     device: str = "auto"
     # Fallback policy: may a request run on the CPU when its device is missing or fails, and

@@ -30,12 +30,21 @@ from zest.gateway.http._metrics_routes import (
     record_failure,
 )
 from zest.gateway.http._ops import OPS_HANDLERS, describe_loaded
-from zest.gateway.http._responses import collect_body, header_value, route_headers, sse_events
+from zest.gateway.http._responses import (
+    collect_body,
+    embedding_body,
+    embedding_headers,
+    header_value,
+    route_headers,
+    sse_events,
+)
 from zest.gateway.http._security import HttpSecurity, body_too_large_message
 from zest.gateway.serving import (
     ChatMessage,
     ChatRequest,
     CompletionRequest,
+    Embedded,
+    EmbeddingRequest,
     Generation,
     Reloader,
     Runtime,
@@ -44,6 +53,7 @@ from zest.gateway.serving import (
     TaskRequest,
     build_prompt,
     describe_inventory,
+    embed_inputs,
     explain_task,
     start_generation,
     tool_use_for,
@@ -161,7 +171,15 @@ async def task_endpoint(
 ) -> Response[Any]:
     body = await parse_body(request, TaskRequest)
     route = runtime.routes.config.routes.get(task)  # its kind only: the request reads the table
-    kind: Kind = route.kind if route else "chat"
+    if route is not None and route.kind == "embedding":
+        if body.messages is not None:
+            raise BadRequestError(
+                f"task {task!r} is an embedding route: send 'input' (or 'prompt'), not messages",
+                param="messages",
+            )
+        done = await embed_inputs(runtime, task, [body.text() or ""], events=record)
+        return _embedding_response(request, done, task, "float", record)
+    kind: Kind = route.kind if route and route.kind != "embedding" else "chat"
     if body.messages is not None:
         if kind == "completion":
             raise BadRequestError(
@@ -176,6 +194,29 @@ async def task_endpoint(
         messages = [ChatMessage(role="user", content=text)]
         return await _respond(request, runtime, task, kind, body, record=record, messages=messages)
     return await _respond(request, runtime, task, kind, body, record=record, prompt=text)
+
+
+@post("/embeddings", status_code=200)
+async def embeddings(
+    request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
+) -> Response[Any]:
+    """OpenAI embeddings; `model` names a task of kind embedding."""
+    body = await parse_body(request, EmbeddingRequest)
+    done = await embed_inputs(runtime, body.model, body.inputs(), events=record)
+    return _embedding_response(request, done, body.model, body.encoding_format, record)
+
+
+def _embedding_response(
+    request: Request[Any, Any, Any],
+    done: Embedded,
+    requested_model: str,
+    encoding: Literal["float", "base64"],
+    record: RequestRecord,
+) -> Response[Any]:
+    record.finish("ok")  # served: counted as a request that ended well
+    request_id = "req_" + secrets.token_hex(8)
+    headers = {**embedding_headers(done), **_request_headers(request, request_id)}
+    return Response(embedding_body(done, requested_model, encoding), headers=headers)
 
 
 @get("/models")
@@ -257,7 +298,8 @@ async def explain_post(
     messages = body.messages
     if messages is None and route.kind == "chat":
         messages = [ChatMessage(role="user", content=body.text() or "")]
-    prompt = build_prompt(route, route.kind, messages, body.text())
+    kind: Kind = "completion" if route.kind == "embedding" else route.kind  # text as it is
+    prompt = build_prompt(route, kind, messages, body.text())
     tokens = await runtime.count_prompt(routes, route.model, prompt)
     return explain_task(
         routes.config,
@@ -325,6 +367,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         *OPS_HANDLERS,
         chat_completions,
         completions,
+        embeddings,
         task_endpoint,
         list_models,
         retrieve_model,

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import secrets
+import struct
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from zest.engines import StageStats
 from zest.errors import EngineError, RequestError
-from zest.gateway.serving import Generation, ToolAnswer
+from zest.gateway.serving import Embedded, Generation, ToolAnswer
 from zest.policies import Trimmed
 
-__all__ = ["collect_body", "header_value", "route_headers", "sse_events", "zest_extension"]
+__all__ = [
+    "collect_body",
+    "embedding_body",
+    "embedding_headers",
+    "header_value",
+    "route_headers",
+    "sse_events",
+    "zest_extension",
+]
 
 log = logging.getLogger("zest.gateway")
 Kind = Literal["chat", "completion"]
@@ -213,3 +223,46 @@ async def sse_events(
         yield _event(EngineError("generation failed mid-stream: see the server log").to_body())
     finally:
         await gen.aclose()
+
+
+def embedding_headers(done: Embedded) -> dict[str, str]:
+    """What served an embedding request (the same headers as a generation's)."""
+    headers = {
+        "x-zest-route": f"task={done.plan.task}; model={done.info.model}; "
+        f"device={done.info.device}; engine={done.info.engine}",
+        "x-zest-plan": done.attempt.reason,
+    }
+    if done.fallbacks:
+        headers["x-zest-fallbacks"] = header_value(" | ".join(done.fallbacks))
+    return headers
+
+
+def embedding_body(
+    done: Embedded, requested_model: str, encoding: Literal["float", "base64"]
+) -> dict[str, Any]:
+    """OpenAI's embeddings list; base64 is the little-endian float32 bytes, as OpenAI sends."""
+    used = done.result.prompt_tokens
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": _encoded(vector, encoding)}
+            for i, vector in enumerate(done.result.vectors)
+        ],
+        "model": requested_model,
+        "usage": {"prompt_tokens": used, "total_tokens": used},
+        "zest": {
+            "task": done.plan.task,
+            "model": done.info.model,
+            "device": done.info.device,
+            "engine": done.info.engine,
+            "reason": done.attempt.reason,
+            "dimensions": len(done.result.vectors[0]) if done.result.vectors else 0,
+            **({"fallbacks": done.fallbacks} if done.fallbacks else {}),
+        },
+    }
+
+
+def _encoded(vector: tuple[float, ...], encoding: Literal["float", "base64"]) -> Any:
+    if encoding == "float":
+        return list(vector)
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")

@@ -1,6 +1,7 @@
 """What serves a request apart from HTTP: the runtime (routes in force, inventory, engine
 pool), a request's walk through its plan, explain, hot reload, timeouts and settings."""
 
+from zest.gateway.serving._embedding import Embedded, embed_inputs
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._explain import (
     describe_inventory,
@@ -22,6 +23,7 @@ from zest.gateway.serving._requests import (
     ChatMessage,
     ChatRequest,
     CompletionRequest,
+    EmbeddingRequest,
     SamplingFields,
     StreamOptions,
     TaskRequest,
@@ -53,6 +55,8 @@ __all__ = [
     "ChatRequest",
     "CompletionRequest",
     "Deadline",
+    "Embedded",
+    "EmbeddingRequest",
     "Generation",
     "PreloadTarget",
     "ReloadOutcome",
@@ -68,6 +72,7 @@ __all__ = [
     "ToolUse",
     "build_prompt",
     "describe_inventory",
+    "embed_inputs",
     "explain_task",
     "first_delta",
     "format_explanation",

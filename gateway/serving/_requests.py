@@ -15,6 +15,7 @@ __all__ = [
     "ChatMessage",
     "ChatRequest",
     "CompletionRequest",
+    "EmbeddingRequest",
     "SamplingFields",
     "StreamOptions",
     "TaskRequest",
@@ -197,3 +198,16 @@ class TaskRequest(SamplingFields):
 
     def text(self) -> str | None:
         return self.prompt if self.prompt is not None else self.input
+
+
+class EmbeddingRequest(_Body):
+    """POST /v1/embeddings: one text or a list of texts (token arrays are not taken)."""
+
+    model: str
+    input: str | list[str]
+    encoding_format: Literal["float", "base64"] = "float"
+    # Shortening vectors changes the answer and the models served here have one size.
+    dimensions: None = None
+
+    def inputs(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)

@@ -127,8 +127,8 @@ BAD_BODIES = [
     ({"model": "chat", "messages": []}, "messages: messages must hold at least one message"),
     (
         {"model": "chat", "messages": [{"role": "robot", "content": "x"}]},
-        "messages.0.role: Input should be 'system', 'developer', 'user' or 'assistant', "
-        "got 'robot'",
+        "messages.0.role: Input should be 'system', 'developer', 'user', 'assistant' or "
+        "'tool', got 'robot'",
     ),
     (
         {"model": "chat", "messages": HI, "max_tokens": 0},

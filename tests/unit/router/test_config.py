@@ -55,8 +55,8 @@ def test_a_misspelt_engine_option_is_found_under_the_model() -> None:
     text = VALID.replace("source: m.gguf}", "source: m.gguf, options: {n_thread: 2}}")
     assert problems(text) == [
         "routes.yaml: models.smollm2.options.n_thread: unknown key 'n_thread': "
-        "did you mean 'n_threads'? (allowed: flash_attn, kv_cache_type, max_queue, mmap, "
-        "n_batch, n_threads, n_threads_batch, n_ubatch, parallel, prefix_cache_tokens)"
+        "did you mean 'n_threads'? (allowed: embedding, flash_attn, kv_cache_type, max_queue, "
+        "mmap, n_batch, n_threads, n_threads_batch, n_ubatch, parallel, prefix_cache_tokens)"
     ]
 
 

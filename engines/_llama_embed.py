@@ -1,0 +1,131 @@
+"""Embedding models on llama.cpp (a GGUF loaded with options.embedding: true, such as
+all-MiniLM-L6-v2): pooled, normalised vectors through llama-cpp-python's own `Llama.embed`,
+which batches the inputs of a request and pools them as the model's metadata says."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import Any
+
+from zest.engines._base import (
+    Delta,
+    Embeddings,
+    Engine,
+    EngineInfo,
+    GenerationJob,
+    Privacy,
+)
+from zest.engines._llamacpp import _import_llama_cpp
+from zest.engines._sources import resolve_source
+from zest.errors import (
+    BadRequestError,
+    ContextLengthExceededError,
+    EngineError,
+    ServiceUnavailableError,
+)
+from zest.router import LlamaCppModel, Placement, kind_of
+
+__all__ = ["LlamaCppEmbedder"]
+
+
+class LlamaCppEmbedder(Engine):
+    name = kind_of(LlamaCppModel)
+
+    def __init__(
+        self, model_id: str, config: LlamaCppModel, base_dir: Path, placement: Placement
+    ) -> None:
+        self.model_id, self.config, self.placement = model_id, config, placement
+        self._path = resolve_source(config.source, base_dir, config.revision)
+        self._llama: Any = None
+        self._lock = asyncio.Lock()  # one embedding batch at a time: a context is not shared
+        self._waiting = 0
+        self.context_length = 0
+
+    def load(self) -> EngineInfo:
+        llama_cpp, _ = _import_llama_cpp()
+        # An encoder reads each input whole in one batch: batch sizes are the context.
+        context = self.config.context_length or self._trained_context(llama_cpp)
+        try:
+            self._llama = llama_cpp.Llama(
+                str(self._path),
+                embedding=True,
+                n_ctx=context,
+                n_batch=context,
+                n_ubatch=context,
+                n_threads=self._threads(),
+                n_gpu_layers=0,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise EngineError(
+                f"model {self.model_id!r}: llama.cpp could not load {self._path}: {exc}"
+            ) from exc
+        self.context_length = context
+        return self.info()
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(
+            engine=self.name,
+            model=self.model_id,
+            device=self.placement.decode.label,
+            backend=f"llama.cpp embeddings ({self.placement.decode.label})",
+            context_length=self.context_length,
+            source=str(self._path),
+            memory_bytes=self._path.stat().st_size if self._path.is_file() else None,
+        )
+
+    async def embed(self, texts: Sequence[str], *, privacy: Privacy = "local_only") -> Embeddings:
+        llama = self._loaded()
+        self._waiting += 1
+        try:
+            async with self._lock:
+                return await asyncio.to_thread(self._embed_now, llama, list(texts))
+        finally:
+            self._waiting -= 1
+
+    def _embed_now(self, llama: Any, texts: list[str]) -> Embeddings:
+        for index, text in enumerate(texts):  # refuse before any work: say which input
+            tokens = len(llama.tokenize(text.encode("utf-8"), add_bos=True, special=False))
+            if tokens > self.context_length:
+                raise ContextLengthExceededError(
+                    f"input {index} is {tokens} tokens, more than model {self.model_id!r}'s "
+                    f"context of {self.context_length}: split it into shorter inputs",
+                    param="input",
+                )
+        vectors, used = llama.embed(texts, normalize=True, truncate=False, return_count=True)
+        return Embeddings(tuple(tuple(float(x) for x in v) for v in vectors), int(used))
+
+    def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
+        raise BadRequestError(
+            f"model {self.model_id!r} is an embedding model: it makes no text; route it with "
+            "kind: embedding"
+        )
+
+    def pending(self) -> int:
+        return self._waiting
+
+    async def close(self) -> None:
+        llama, self._llama = self._llama, None
+        if llama is not None:
+            await asyncio.to_thread(llama.close)
+
+    def _trained_context(self, llama_cpp: Any) -> int:
+        probe = llama_cpp.Llama(str(self._path), vocab_only=True, verbose=False)
+        metadata = probe.metadata
+        probe.close()
+        arch = metadata.get("general.architecture", "")
+        return int(metadata.get(f"{arch}.context_length", 512))
+
+    def _threads(self) -> int:
+        device = self.placement.decode
+        if device.emulated and device.threads:
+            return device.threads
+        return self.config.options.n_threads or os.cpu_count() or 1
+
+    def _loaded(self) -> Any:
+        if self._llama is None:
+            raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
+        return self._llama

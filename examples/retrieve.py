@@ -1,0 +1,34 @@
+"""A small retrieval example: embed a few documents with the `embed` task, then answer a
+question from the closest one with the `chat` task (examples/routes/embeddings.yaml).
+
+.venv/bin/zest serve --routes examples/routes/embeddings.yaml     # in one terminal
+.venv/bin/python examples/retrieve.py "How do I reset my password?"
+"""
+
+import os
+import sys
+
+from openai import OpenAI
+
+client = OpenAI(base_url=os.environ.get("ZEST_URL", "http://127.0.0.1:8000/v1"), api_key="unused")
+DOCUMENTS = [
+    "To reset your password, open Settings, choose Account and press Reset password.",
+    "Invoices are sent on the first day of each month to the billing e-mail address.",
+    "The office is closed on public holidays; support answers e-mail within a day.",
+]
+question = " ".join(sys.argv[1:]) or "How do I reset my password?"
+
+vectors = client.embeddings.create(model="embed", input=[*DOCUMENTS, question]).data
+*documents, asked = [v.embedding for v in vectors]
+scores = [sum(a * b for a, b in zip(doc, asked, strict=True)) for doc in documents]  # normalised
+best = max(range(len(DOCUMENTS)), key=scores.__getitem__)
+print(f"[closest: document {best}, similarity {scores[best]:.2f}]")
+answer = client.chat.completions.create(
+    model="chat",
+    messages=[
+        {"role": "system", "content": f"Answer from this document: {DOCUMENTS[best]}"},
+        {"role": "user", "content": question},
+    ],
+    temperature=0,
+)
+print(answer.choices[0].message.content)

@@ -1,0 +1,65 @@
+"""An embedding request walking its route's plan: the first attempt that answers serves all of
+its inputs; failures move it on as the route's fallback policy says, as for generation."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from zest.engines import Embeddings, EngineInfo
+from zest.errors import BadRequestError, RequestError
+from zest.gateway.serving._events import RequestEvents
+from zest.gateway.serving._runtime import Runtime
+from zest.policies import classify_failure, may_advance
+from zest.router import Attempt, Plan, find_route
+
+__all__ = ["MAX_INPUTS", "Embedded", "embed_inputs"]
+
+log = logging.getLogger("zest.gateway")
+
+# Inputs one request may carry (OpenAI's own limit).
+MAX_INPUTS = 2048
+
+
+@dataclass
+class Embedded:
+    """The vectors, and what served them (shown in headers and the zest object)."""
+
+    plan: Plan
+    attempt: Attempt
+    info: EngineInfo
+    result: Embeddings
+    fallbacks: list[str] = field(default_factory=list)
+
+
+async def embed_inputs(
+    runtime: Runtime, name: str, texts: list[str], events: RequestEvents | None = None
+) -> Embedded:
+    events = events or RequestEvents()
+    events.task_named(name)
+    if not texts or len(texts) > MAX_INPUTS:
+        raise BadRequestError(f"send between 1 and {MAX_INPUTS} inputs", param="input")
+    if any(not text for text in texts):
+        raise BadRequestError("an input is empty: send some text in each", param="input")
+    routes = runtime.routes
+    route = find_route(name, "embedding", routes.config)
+    plan = runtime.plan(routes, name, route, prompt_tokens=0)
+    fallbacks: list[str] = []
+    for index, attempt in enumerate(plan.attempts):
+        fallbacks += attempt.skipped
+        events.attempt(attempt.model, attempt.device)
+        try:
+            async with await runtime.acquire(routes, attempt.model, attempt.placement) as lease:
+                result = await lease.engine.embed(texts, privacy=route.privacy)
+                return Embedded(plan, attempt, lease.info, result, fallbacks)
+        except RequestError as error:
+            kind = classify_failure(error, loading=False)
+            line = f"{attempt.model} on {attempt.device}: {kind or 'error'}: {error.message}"
+            if index + 1 == len(plan.attempts) or not may_advance(kind, route):
+                if fallbacks:
+                    error.tried = [*fallbacks, line]
+                raise
+            log.warning("task=%s: %s, trying the next attempt", name, line)
+            fallbacks.append(line)
+            events.fell_back(kind or "error")
+    raise AssertionError("a plan always has at least one attempt")
