@@ -38,6 +38,7 @@ from zest.gateway.http._responses import (
     route_headers,
     sse_events,
 )
+from zest.gateway.http._responses_api import ResponseShape
 from zest.gateway.http._security import HttpSecurity, body_too_large_message
 from zest.gateway.serving import (
     ChatMessage,
@@ -47,6 +48,7 @@ from zest.gateway.serving import (
     EmbeddingRequest,
     Generation,
     Reloader,
+    ResponsesRequest,
     Runtime,
     SamplingFields,
     Settings,
@@ -194,6 +196,40 @@ async def task_endpoint(
         messages = [ChatMessage(role="user", content=text)]
         return await _respond(request, runtime, task, kind, body, record=record, messages=messages)
     return await _respond(request, runtime, task, kind, body, record=record, prompt=text)
+
+
+@post("/responses", status_code=200)
+async def responses(
+    request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
+) -> Response[Any]:
+    """OpenAI's Responses API on chat tasks: text in and out, instructions, streaming events,
+    tools and text.format as on /v1/chat/completions."""
+    body = await parse_body(request, ResponsesRequest)
+    request_id = "req_" + secrets.token_hex(8)
+    sampling = body.sampling()
+    gen = await start_generation(
+        runtime,
+        body.model,
+        kind="chat",
+        body=sampling,
+        request_id=request_id,
+        messages=body.messages(),
+        tools=body.tool_use(),
+        events=record,
+    )
+    shape = ResponseShape(gen, body)
+    headers = {**route_headers(gen), **_request_headers(request, request_id)}
+    if body.stream:
+        return Stream(
+            shape.events(),
+            media_type="text/event-stream",
+            headers={**headers, "cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+    try:
+        payload = await _unless_disconnected(request, shape.body())
+    finally:
+        await gen.aclose()
+    return Response(payload, headers={**route_headers(gen), **headers})
 
 
 @post("/embeddings", status_code=200)
@@ -368,6 +404,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         chat_completions,
         completions,
         embeddings,
+        responses,
         task_endpoint,
         list_models,
         retrieve_model,

@@ -11,7 +11,12 @@ from litestar import Request
 from pydantic import BaseModel, ValidationError
 
 from zest.errors import BadRequestError
-from zest.gateway.serving import IGNORED_FIELDS, EmbeddingRequest, SamplingFields
+from zest.gateway.serving import (
+    IGNORED_FIELDS,
+    EmbeddingRequest,
+    ResponsesRequest,
+    SamplingFields,
+)
 
 __all__ = ["IGNORED", "REQUESTED_TASK", "parse_body"]
 
@@ -37,7 +42,7 @@ async def parse_body(request: Request[Any, Any, Any], schema: type[Body]) -> Bod
         raise BadRequestError("the request body must be a JSON object")
     if isinstance(data.get("model"), str):  # what the body asks for, even if it is invalid
         request.state[REQUESTED_TASK] = data["model"]
-    if issubclass(schema, SamplingFields | EmbeddingRequest):
+    if issubclass(schema, SamplingFields | EmbeddingRequest | ResponsesRequest):
         request.state[IGNORED] = _drop_ignored(data)
     try:
         return schema.model_validate(data)

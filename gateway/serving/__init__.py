@@ -28,6 +28,7 @@ from zest.gateway.serving._requests import (
     StreamOptions,
     TaskRequest,
 )
+from zest.gateway.serving._responses_api import ResponsesRequest
 from zest.gateway.serving._runtime import (
     PreloadTarget,
     Runtime,
@@ -62,6 +63,7 @@ __all__ = [
     "ReloadOutcome",
     "Reloader",
     "RequestEvents",
+    "ResponsesRequest",
     "Runtime",
     "SamplingFields",
     "Settings",

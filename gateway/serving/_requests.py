@@ -34,6 +34,7 @@ IGNORED_FIELDS: dict[str, str] = {
     "prompt_cache_key": "zest's prefix cache needs no key",
     "service_tier": "one tier: the route decides the device",
     "reasoning_effort": "for reasoning models; routes choose the model",
+    "reasoning": "the Responses API's reasoning options: routes choose the model",
     "prediction": "predicted outputs speed up OpenAI's models; the answer is the same without",
 }
 

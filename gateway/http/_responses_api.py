@@ -1,0 +1,210 @@
+"""OpenAI's Responses API shapes (/v1/responses): one response object, or its stream of typed
+events (response.created ... response.completed), from a chat generation."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from zest.errors import EngineError, RequestError
+from zest.gateway.http._responses import zest_extension
+from zest.gateway.serving import Generation, ResponsesRequest, ToolAnswer
+
+__all__ = ["ResponseShape"]
+
+log = logging.getLogger("zest.gateway")
+
+
+class ResponseShape:
+    """The response object of one request, built as its generation goes."""
+
+    def __init__(self, gen: Generation, request: ResponsesRequest) -> None:
+        self.gen, self.request = gen, request
+        self.id = "resp_" + secrets.token_hex(12)
+        self.message_id = "msg_" + secrets.token_hex(12)
+        self.created_at = int(time.time())
+        self.sequence = 0
+
+    async def body(self) -> dict[str, Any]:
+        text, finish, produced = "", "stop", 0
+        async for delta in self.gen.deltas():
+            text += delta.text
+            if delta.finish_reason is not None:
+                finish, produced = delta.finish_reason, delta.completion_tokens
+        return self._response(self._output(text), finish, produced)
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """The stream: a failure after it began ends it with an error event."""
+        try:
+            yield self._event("response.created", response=self._response([], None, 0))
+            async for event in self._output_events():
+                yield event
+        except RequestError as exc:
+            log.warning("response stream for %s failed: %s", self.gen.plan.task, exc)
+            yield self._event("error", **exc.to_body()["error"])
+        except Exception:
+            log.exception("response stream for %s failed", self.gen.plan.task)
+            body = EngineError("generation failed mid-stream: see the server log").to_body()
+            yield self._event("error", **body["error"])
+        finally:
+            await self.gen.aclose()
+
+    async def _output_events(self) -> AsyncIterator[bytes]:
+        streamed = self.gen.tools is None  # a tool-use answer is read whole, then sent
+        if streamed:
+            for event in self._message_opened():
+                yield event
+        text, finish, produced = "", "stop", 0
+        async for delta in self.gen.deltas():
+            text += delta.text
+            if delta.text and streamed:
+                yield self._event(
+                    "response.output_text.delta",
+                    item_id=self.message_id,
+                    output_index=0,
+                    content_index=0,
+                    delta=delta.text,
+                    logprobs=[],
+                )
+            if delta.finish_reason is not None:
+                finish, produced = delta.finish_reason, delta.completion_tokens
+        output = self._output(text)
+        for event in self._items_done(output, opened=streamed):
+            yield event
+        yield self._event("response.completed", response=self._response(output, finish, produced))
+
+    def _message_opened(self) -> list[bytes]:
+        return [
+            self._event(
+                "response.output_item.added",
+                output_index=0,
+                item={**self._message(""), "status": "in_progress", "content": []},
+            ),
+            self._event(
+                "response.content_part.added",
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                part=_text_part(""),
+            ),
+        ]
+
+    def _items_done(self, output: list[dict[str, Any]], *, opened: bool) -> list[bytes]:
+        events = []
+        for index, item in enumerate(output):
+            if item["type"] == "message":
+                text = item["content"][0]["text"]
+                if not opened:
+                    events += self._message_opened()
+                events.append(
+                    self._event(
+                        "response.output_text.done",
+                        item_id=self.message_id,
+                        output_index=index,
+                        content_index=0,
+                        text=text,
+                        logprobs=[],
+                    )
+                )
+                events.append(
+                    self._event(
+                        "response.content_part.done",
+                        item_id=self.message_id,
+                        output_index=index,
+                        content_index=0,
+                        part=_text_part(text),
+                    )
+                )
+            else:
+                events.append(
+                    self._event("response.output_item.added", output_index=index, item=item)
+                )
+                events.append(
+                    self._event(
+                        "response.function_call_arguments.done",
+                        item_id=item["id"],
+                        output_index=index,
+                        name=item["name"],
+                        arguments=item["arguments"],
+                    )
+                )
+            events.append(self._event("response.output_item.done", output_index=index, item=item))
+        return events
+
+    def _output(self, text: str) -> list[dict[str, Any]]:
+        if self.gen.tools is None:
+            return [self._message(text)]
+        answer: ToolAnswer = self.gen.tools.read(text)
+        if not answer.calls:
+            return [self._message(answer.content or "")]
+        return [
+            {
+                "type": "function_call",
+                "id": "fc_" + secrets.token_hex(12),
+                "call_id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": call["function"]["arguments"],
+                "status": "completed",
+            }
+            for call in answer.calls
+        ]
+
+    def _message(self, text: str) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "id": self.message_id,
+            "status": "completed",
+            "role": "assistant",
+            "content": [_text_part(text)],
+        }
+
+    def _response(
+        self, output: list[dict[str, Any]], finish: str | None, produced: int
+    ) -> dict[str, Any]:
+        status = "in_progress" if finish is None else "completed"
+        if finish == "length":
+            status = "incomplete"
+        gen, request = self.gen, self.request
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "incomplete_details": {"reason": "max_output_tokens"}
+            if status == "incomplete"
+            else None,
+            "model": request.model,
+            "instructions": request.instructions,
+            "output": output,
+            "parallel_tool_calls": request.parallel_tool_calls is not False,
+            "tool_choice": _plain(request.tool_choice) or "auto",
+            "tools": [t.model_dump(exclude_none=True) for t in request.tools or []],
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "max_output_tokens": request.max_output_tokens,
+            "usage": {
+                "input_tokens": gen.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": gen.first.cached_tokens},
+                "output_tokens": produced,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": gen.prompt_tokens + produced,
+            },
+            "zest": zest_extension(gen),
+        }
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        payload = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _plain(choice: Any) -> Any:
+    return choice.model_dump() if hasattr(choice, "model_dump") else choice

@@ -1,0 +1,174 @@
+"""OpenAI's Responses API request (/v1/responses), read into what a chat task takes: messages
+(instructions first), sampling fields, tools and the answer's format."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from zest.gateway.serving._requests import ChatMessage, SamplingFields
+from zest.gateway.serving._tools import (
+    Function,
+    NamedToolChoice,
+    Tool,
+    ToolCall,
+    ToolUse,
+    tool_use_for,
+)
+from zest.router import ResponseFormat
+
+__all__ = ["ResponsesRequest"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InputText(_Body):
+    type: Literal["input_text", "output_text"]
+    text: str
+    annotations: list[Any] | None = None  # output_text echoed back from an earlier answer
+
+
+class InputMessage(_Body):
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[InputText]
+    id: str | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class FunctionCallItem(_Body):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutput(_Body):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str
+
+
+InputItem = InputMessage | FunctionCallItem | FunctionCallOutput
+
+
+class FunctionTool(_Body):
+    """A Responses API tool: the function's fields at the top level."""
+
+    type: Literal["function"]
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    strict: bool | None = None
+
+
+class FunctionChoice(_Body):
+    type: Literal["function"]
+    name: str
+
+
+class TextFormat(_Body):
+    """text.format: the answer's format, the Responses API's spelling of response_format."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+    def as_response_format(self) -> ResponseFormat:
+        if self.type != "json_schema":
+            return ResponseFormat(type=self.type)
+        return ResponseFormat.model_validate(
+            {
+                "type": "json_schema",
+                "json_schema": {"name": self.name or "answer", "schema": self.schema_ or {}},
+            }
+        )
+
+
+class TextOptions(_Body):
+    format: TextFormat | None = None
+    verbosity: None = None
+
+
+class ResponsesRequest(_Body):
+    model: str
+    input: str | list[InputItem]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stream: bool = False
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["auto", "none", "required"] | FunctionChoice | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextOptions | None = None
+    # Continuing a stored response needs storage zest does not keep: send the whole input.
+    previous_response_id: None = None
+
+    @model_validator(mode="after")
+    def _some_input(self) -> ResponsesRequest:
+        if not self.input:
+            raise ValueError("input is empty: send text or a list of input items")
+        return self
+
+    def messages(self) -> list[ChatMessage]:
+        """The input as chat messages, the instructions first (as a system turn)."""
+        head = [ChatMessage(role="system", content=self.instructions)] if self.instructions else []
+        if isinstance(self.input, str):
+            return [*head, ChatMessage(role="user", content=self.input)]
+        return head + [_as_chat(item) for item in self.input]
+
+    def sampling(self) -> SamplingFields:
+        fmt = self.text.format if self.text else None
+        return SamplingFields(
+            max_tokens=self.max_output_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            stream=self.stream,
+            response_format=fmt.as_response_format() if fmt else None,
+        )
+
+    def tool_use(self) -> ToolUse | None:
+        tools = [
+            Tool(
+                type="function",
+                function=Function(
+                    name=t.name,
+                    description=t.description,
+                    parameters=t.parameters,
+                    strict=t.strict,
+                ),
+            )
+            for t in self.tools or []
+        ]
+        choice: Any = self.tool_choice
+        if isinstance(choice, FunctionChoice):
+            choice = NamedToolChoice.model_validate(
+                {"type": "function", "function": {"name": choice.name}}
+            )
+        fmt = self.sampling().response_format
+        schema = fmt.constraint() if fmt else None
+        return tool_use_for(tools, choice, schema, self.parallel_tool_calls)
+
+
+def _as_chat(item: InputItem) -> ChatMessage:
+    if isinstance(item, InputMessage):
+        return ChatMessage(role=item.role, content=item.text())
+    if isinstance(item, FunctionCallItem):
+        call = ToolCall.model_validate(
+            {"id": item.call_id, "function": {"name": item.name, "arguments": item.arguments}}
+        )
+        return ChatMessage(role="assistant", tool_calls=[call])
+    return ChatMessage(role="tool", tool_call_id=item.call_id, content=item.output)

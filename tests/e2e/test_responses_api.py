@@ -1,0 +1,155 @@
+"""/v1/responses (OpenAI's Responses API) with the official openai client on the real server:
+text in and out, instructions, streaming events, tools and text.format."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from tests.e2e.conftest import Server
+
+WEATHER: Any = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The current weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 40}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+
+
+@pytest.fixture
+def client(server: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120)
+
+
+def test_text_in_text_out_with_instructions_and_usage(client: openai.OpenAI) -> None:
+    raw = client.responses.with_raw_response.create(
+        model="chat",
+        input="Name three colours.",
+        instructions="Answer in one short sentence.",
+        max_output_tokens=32,
+        temperature=0,
+        store=False,
+    )
+    assert raw.headers["x-zest-ignored"] == "store"
+    assert raw.headers["x-zest-route"].startswith("task=chat; model=smollm2;")
+    response = raw.parse()
+    assert response.status in {"completed", "incomplete"}
+    assert response.output_text
+    assert response.output[0].type == "message"
+    usage = response.usage
+    assert usage is not None
+    assert 0 < usage.output_tokens <= 32
+    assert usage.total_tokens == usage.input_tokens + usage.output_tokens
+    # The instructions are the system turn: the same prompt as the chat API's.
+    chat = client.chat.completions.create(
+        model="chat",
+        messages=[
+            {"role": "system", "content": "Answer in one short sentence."},
+            {"role": "user", "content": "Name three colours."},
+        ],
+        max_tokens=32,
+        temperature=0,
+    )
+    assert chat.usage is not None
+    assert chat.usage.prompt_tokens == usage.input_tokens
+    assert chat.choices[0].message.content == response.output_text
+
+
+def test_the_stream_is_typed_events_ending_with_the_whole_response(
+    client: openai.OpenAI,
+) -> None:
+    whole = client.responses.create(
+        model="chat", input="Name a fruit.", max_output_tokens=16, temperature=0
+    )
+    stream = client.responses.create(
+        model="chat", input="Name a fruit.", max_output_tokens=16, temperature=0, stream=True
+    )
+    kinds, text, final = [], "", None
+    for event in stream:
+        kinds.append(event.type)
+        if event.type == "response.output_text.delta":
+            text += event.delta
+        if event.type == "response.completed":
+            final = event.response
+    assert kinds[:3] == [
+        "response.created",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-1] == "response.completed"
+    assert "response.output_text.delta" in kinds
+    assert final is not None
+    assert text == final.output_text == whole.output_text
+
+
+def test_tools_give_function_calls_and_take_their_outputs(client: openai.OpenAI) -> None:
+    first = client.responses.create(
+        model="chat", input="What is the weather in Oslo?", tools=[WEATHER],
+        tool_choice="required", temperature=0,
+    )  # fmt: skip
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert calls
+    for call in calls:
+        assert call.name == "get_weather"
+        assert set(json.loads(call.arguments)) == {"city"}
+    history: Any = [
+        {"role": "user", "content": "What is the weather in Oslo?"},
+        *[call.model_dump(exclude_none=True) for call in calls],
+        *[{"type": "function_call_output", "call_id": c.call_id, "output": "12 C"} for c in calls],
+    ]
+    second = client.responses.create(
+        model="chat", input=history, tools=[WEATHER], max_output_tokens=48, temperature=0
+    )
+    assert second.output
+
+
+def test_a_streamed_tool_call_arrives_whole(client: openai.OpenAI) -> None:
+    stream = client.responses.create(
+        model="chat", input="Weather in Rome?", tools=[WEATHER], tool_choice="required",
+        temperature=0, stream=True,
+    )  # fmt: skip
+    done = [e for e in stream if e.type == "response.function_call_arguments.done"]
+    assert done
+    assert all(set(json.loads(e.arguments)) == {"city"} for e in done)
+
+
+def test_text_format_constrains_the_answer(client: openai.OpenAI) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 40}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    response = client.responses.create(
+        model="chat",
+        input="Name a city, as JSON.",
+        text={"format": {"type": "json_schema", "name": "city", "schema": schema}},
+        temperature=0,
+    )
+    assert set(json.loads(response.output_text)) == {"city"}
+
+
+def test_the_async_client(server: Server) -> None:
+    async def run() -> str:
+        async with openai.AsyncOpenAI(base_url=server.v1, api_key="u", max_retries=0) as aclient:
+            response = await aclient.responses.create(
+                model="chat", input="Say hello.", max_output_tokens=8
+            )
+            return response.output_text
+
+    assert asyncio.run(run())
+
+
+def test_previous_response_id_is_refused_saying_why(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="chat", input="Hi", previous_response_id="resp_1")
+    assert refused.value.param == "previous_response_id"
