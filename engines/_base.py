@@ -138,6 +138,8 @@ class GenerationJob:
     privacy: Privacy = "local_only"
     # The answer must be JSON (following a schema): engines constrain decoding to it.
     response_format: ResponseFormat | None = None
+    # (token id, bias added to its logit): -100 bans a token, +100 all but forces it.
+    logit_bias: tuple[tuple[int, float], ...] = ()
     # Shared by copies (dataclasses.replace): cancelling one cancels the generation.
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 

@@ -162,6 +162,8 @@ def make_sampler(
     sampler = internals.LlamaSampler()
     if grammar is not None:  # first: the later samplers only see tokens the grammar allows
         internals.llama_cpp.llama_sampler_chain_add(sampler.sampler, grammar)
+    if job.logit_bias:
+        sampler.add_logit_bias(n_vocab, dict(job.logit_bias))
     sampler.add_penalties(
         n_vocab, _PENALTY_LAST_N, job.repeat_penalty, job.frequency_penalty, job.presence_penalty
     )

@@ -24,7 +24,7 @@ from zest.engines._llama_pipeline import HybridPipeline
 from zest.engines._output import SequenceOutput
 from zest.engines._prefix_cache import PrefixCache
 from zest.engines._sources import resolve_source
-from zest.errors import EngineError, ServiceUnavailableError
+from zest.errors import BadRequestError, EngineError, ServiceUnavailableError
 from zest.router import Device, LlamaCppModel, Placement, kind_of
 
 __all__ = ["LlamaCppEngine", "LlamaCppTokenizer"]
@@ -81,6 +81,16 @@ class LlamaCppTokenizer(Tokenizer):
     def tokenize(self, text: str, *, add_special: bool) -> list[int]:
         add_bos = add_special and self._model.add_bos_token()
         return list(self._model.tokenize(text.encode("utf-8"), add_bos, True))
+
+
+def _check_bias(job: GenerationJob, model_id: str, n_vocab: int) -> None:
+    bad = next((token for token, _ in job.logit_bias if token >= n_vocab), None)
+    if bad is not None:
+        raise BadRequestError(
+            f"logit_bias: token {bad} is outside model {model_id!r}'s vocabulary "
+            f"(0..{n_vocab - 1})",
+            param="logit_bias",
+        )
 
 
 def _load_model(internals: Any, model_id: str, path: Path, params: Any) -> Any:
@@ -166,6 +176,7 @@ class LlamaCppEngine(Engine):
         if self._runner is None:
             raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
         check_grammar(job, self._lib, self._model.vocab)
+        _check_bias(job, self.model_id, self._model.n_vocab())
         return self._runner.stream(job.encoded_by(tokenizer))
 
     def pending(self) -> int:

@@ -171,6 +171,12 @@ class OnnxGenaiEngine(Engine):
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         tokenizer = self._loaded_tokenizer()
+        if job.logit_bias:  # it would change the answer: never ignored silently
+            raise BadRequestError(
+                f"logit_bias: model {self.model_id!r} runs on onnxruntime-genai, which has no "
+                "logit bias: remove it, or route the task to a llamacpp model",
+                param="logit_bias",
+            )
         if self._worker is None:
             raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
         return self._worker.stream(job.encoded_by(tokenizer))

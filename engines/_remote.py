@@ -246,6 +246,8 @@ class RemoteEngine(Engine):
             body["messages"] = [dict(m) for m in job.prompt.messages]
         if job.stop:
             body["stop"] = list(job.stop)
+        if job.logit_bias:
+            body["logit_bias"] = {str(token): bias for token, bias in job.logit_bias}
         if job.response_format is not None:
             body["response_format"] = job.response_format.as_openai()
         if job.seed is not None:

@@ -77,17 +77,19 @@ async def _respond(
     body: SamplingFields,
     *,
     record: RequestRecord,
+    echo: str = "",
     **inputs: Any,
 ) -> Response[Any]:
+    """Generate and answer; `echo` (a completion's echo: true) comes before the text."""
     request_id = "req_" + secrets.token_hex(8)
     gen = await start_generation(
         runtime, name, kind=kind, body=body, request_id=request_id, events=record, **inputs
     )
     if body.stream:
         headers = {**route_headers(gen), **_request_headers(request, request_id)}
-        return _stream_response(gen, kind, name, body.include_usage(), headers)
+        return _stream_response(gen, kind, name, body.include_usage(), headers, echo=echo)
     try:
-        payload = await _unless_disconnected(request, collect_body(gen, kind, name))
+        payload = await _unless_disconnected(request, collect_body(gen, kind, name, echo))
     except RequestError as exc:  # after the first token (a total timeout): say what served it
         exc.headers = {**route_headers(gen), **exc.headers, **_request_headers(request, request_id)}
         raise
@@ -128,9 +130,15 @@ async def _disconnect(request: Request[Any, Any, Any]) -> None:
 
 
 def _stream_response(
-    gen: Generation, kind: Kind, name: str, include_usage: bool, headers: dict[str, str]
+    gen: Generation,
+    kind: Kind,
+    name: str,
+    include_usage: bool,
+    headers: dict[str, str],
+    *,
+    echo: str = "",
 ) -> Stream:
-    events = sse_events(gen, kind, name, include_usage)
+    events = sse_events(gen, kind, name, include_usage, echo)
     return Stream(
         events,
         media_type="text/event-stream",
@@ -162,8 +170,16 @@ async def completions(
     request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
 ) -> Response[Any]:
     body = await parse_body(request, CompletionRequest)
+    prompt = body.prompt_text()
     return await _respond(
-        request, runtime, body.model, "completion", body, record=record, prompt=body.prompt_text()
+        request,
+        runtime,
+        body.model,
+        "completion",
+        body,
+        record=record,
+        prompt=prompt,
+        echo=prompt if body.echo else "",
     )
 
 

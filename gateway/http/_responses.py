@@ -125,8 +125,10 @@ def _choice(kind: Kind, text: str, finish: str | None, *, chunk: bool) -> dict[s
     return {"index": 0, key: content, "logprobs": None, "finish_reason": finish}
 
 
-async def collect_body(gen: Generation, kind: Kind, requested_model: str) -> dict[str, Any]:
-    parts, finish, produced = [], "stop", 0
+async def collect_body(
+    gen: Generation, kind: Kind, requested_model: str, echo: str = ""
+) -> dict[str, Any]:
+    parts, finish, produced = [echo], "stop", 0
     async for delta in gen.deltas():
         parts.append(delta.text)
         if delta.finish_reason is not None:
@@ -172,7 +174,7 @@ def _event(payload: dict[str, Any]) -> bytes:
 
 
 async def sse_events(
-    gen: Generation, kind: Kind, requested_model: str, include_usage: bool
+    gen: Generation, kind: Kind, requested_model: str, include_usage: bool, echo: str = ""
 ) -> AsyncIterator[bytes]:
     """SSE chunks; a failure after the first byte ends the stream with an error event."""
     base = {
@@ -197,6 +199,8 @@ async def sse_events(
                     }
                 ]
             )
+        if echo:  # a completion's echo: the prompt as sent, first
+            yield chunk([_choice(kind, echo, None, chunk=True)])
         held: list[str] = []  # a tool-use answer is read whole, then sent as its calls
         async for delta in gen.deltas():
             if delta.text and gen.tools is not None:

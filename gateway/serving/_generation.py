@@ -305,6 +305,7 @@ class _Walk:
             priority=route.priority,
             label=label,
             privacy=route.privacy,
+            logit_bias=body.biases(),
             response_format=self.tools.response_format()
             if self.tools
             else _response_format(route, body),

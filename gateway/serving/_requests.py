@@ -117,6 +117,8 @@ class SamplingFields(_Body):
     stream_options: StreamOptions | None = None
     n: Literal[1] = 1
     response_format: ResponseFormat | None = None
+    # Token id (as a string, OpenAI's spelling) -> a bias added to its logit (-100 bans it).
+    logit_bias: dict[str, float] | None = None
     logprobs: Literal[False] | None = None
 
     @field_validator("stop")
@@ -135,6 +137,19 @@ class SamplingFields(_Body):
         if None not in both and both[0] != both[1]:
             raise ValueError("give max_tokens or max_completion_tokens, not two different ones")
         return self
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _check_logit_bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        for token, value in (bias or {}).items():
+            if not token.isdigit():
+                raise ValueError(f"logit_bias keys are token ids, got {token!r}")
+            if not -100 <= value <= 100:
+                raise ValueError(f"logit_bias values are between -100 and 100, got {value}")
+        return bias
+
+    def biases(self) -> tuple[tuple[int, float], ...]:
+        return tuple((int(token), value) for token, value in (self.logit_bias or {}).items())
 
     def stops(self) -> tuple[str, ...]:
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
@@ -166,7 +181,8 @@ class ChatRequest(SamplingFields):
 class CompletionRequest(SamplingFields):
     model: str
     prompt: str | list[str]
-    echo: Literal[False] | None = None
+    # The prompt before the completion in the answer.
+    echo: bool | None = None
     suffix: None = None
 
     @field_validator("prompt")

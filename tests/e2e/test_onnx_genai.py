@@ -133,3 +133,13 @@ def test_tool_calls_on_onnx_genai_follow_the_tools_schema(client: openai.OpenAI)
     for call in reply.choices[0].message.tool_calls or []:
         assert call.function.name == "get_weather"
         assert set(json.loads(call.function.arguments)) == {"city"}
+
+
+def test_logit_bias_is_refused_on_onnx_genai_naming_the_way_out(client: openai.OpenAI) -> None:
+    """onnxruntime-genai has no logit bias: a field that would change the answer is a 400."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="chat", messages=QUESTION, max_tokens=4, logit_bias={"42": -100}
+        )
+    assert refused.value.param == "logit_bias"
+    assert "route the task to a llamacpp model" in refused.value.message

@@ -7,7 +7,9 @@ import asyncio
 import openai
 import pytest
 
-from tests.e2e.conftest import Server, stream_chat
+from tests.e2e.conftest import REPO, Server, stream_chat
+from zest.engines import load_tokenizer
+from zest.router import load_routes
 
 QUESTION = [{"role": "user", "content": "List the planets of the solar system."}]
 
@@ -165,6 +167,59 @@ def test_fields_that_change_nothing_here_are_accepted_and_named_back(
             model="chat", messages=QUESTION, max_tokens=2
         ).headers
     )
+
+
+def test_echo_puts_the_prompt_before_the_completion(client: openai.OpenAI) -> None:
+    prompt = "def square(x):"
+    plain = client.completions.create(
+        model="autocomplete", prompt=prompt, max_tokens=8, temperature=0
+    )
+    echoed = client.completions.create(
+        model="autocomplete", prompt=prompt, max_tokens=8, temperature=0, echo=True
+    )
+    assert echoed.choices[0].text == prompt + plain.choices[0].text
+    stream = client.completions.create(
+        model="autocomplete", prompt=prompt, max_tokens=8, temperature=0, echo=True, stream=True
+    )
+    chunks = [chunk.choices[0].text for chunk in stream if chunk.choices]
+    assert chunks[0] == prompt
+    assert "".join(chunks) == echoed.choices[0].text
+
+
+def test_logit_bias_forces_or_bans_a_token(client: openai.OpenAI) -> None:
+    routes = load_routes(REPO / "routes.yaml")
+    tokenizer = load_tokenizer("smollm2", routes.config.models["smollm2"], routes.base_dir)
+    assert tokenizer is not None
+    [banana] = tokenizer.tokenize(" banana", add_special=False)
+    forced = client.completions.create(
+        model="autocomplete",
+        prompt="My favourite fruit is",
+        max_tokens=1,
+        temperature=0,
+        logit_bias={str(banana): 100},
+    )
+    assert forced.choices[0].text == " banana"
+    first = (
+        client.completions.create(
+            model="autocomplete", prompt="My favourite fruit is", max_tokens=1, temperature=0
+        )
+        .choices[0]
+        .text
+    )
+    [greedy] = tokenizer.tokenize(first, add_special=False)
+    banned = client.completions.create(
+        model="autocomplete",
+        prompt="My favourite fruit is",
+        max_tokens=1,
+        temperature=0,
+        logit_bias={str(greedy): -100},
+    )
+    assert banned.choices[0].text != first
+    with pytest.raises(openai.BadRequestError) as outside:
+        client.completions.create(
+            model="autocomplete", prompt="x", max_tokens=1, logit_bias={"999999": 5}
+        )
+    assert outside.value.param == "logit_bias"
 
 
 def test_errors_arrive_as_openai_exceptions(client: openai.OpenAI) -> None:
