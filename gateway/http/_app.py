@@ -82,22 +82,64 @@ async def _respond(
 ) -> Response[Any]:
     """Generate and answer; `echo` (a completion's echo: true) comes before the text."""
     request_id = "req_" + secrets.token_hex(8)
-    gen = await start_generation(
-        runtime, name, kind=kind, body=body, request_id=request_id, events=record, **inputs
+    gens = await _start_choices(
+        runtime, name, kind, body, request_id=request_id, record=record, inputs=inputs
     )
+    gen = gens[0]  # what served the first choice is what the headers show
     if body.stream:
         headers = {**route_headers(gen), **_request_headers(request, request_id)}
-        return _stream_response(gen, kind, name, body.include_usage(), headers, echo=echo)
+        return _stream_response(gens, kind, name, body.include_usage(), headers, echo=echo)
     try:
-        payload = await _unless_disconnected(request, collect_body(gen, kind, name, echo))
+        payload = await _unless_disconnected(request, collect_body(gens, kind, name, echo))
     except RequestError as exc:  # after the first token (a total timeout): say what served it
         exc.headers = {**route_headers(gen), **exc.headers, **_request_headers(request, request_id)}
         raise
     finally:
-        await gen.aclose()
+        for each in gens:
+            await each.aclose()
     return Response(
         payload, headers={**route_headers(gen), **_request_headers(request, request_id)}
     )
+
+
+async def _start_choices(
+    runtime: Runtime,
+    name: str,
+    kind: Kind,
+    body: SamplingFields,
+    *,
+    request_id: str,
+    record: RequestRecord,
+    inputs: dict[str, Any],
+) -> list[Generation]:
+    """n generations of the request, started together (decoded together in the model's
+    batch); choice i samples with seed + i when a seed is given. The metrics follow the first."""
+    bodies = [
+        body if i == 0 or body.seed is None else body.model_copy(update={"seed": body.seed + i})
+        for i in range(body.n)
+    ]
+    started = await asyncio.gather(
+        *(
+            start_generation(
+                runtime,
+                name,
+                kind=kind,
+                body=each,
+                request_id=request_id if i == 0 else f"{request_id}-{i}",
+                events=record if i == 0 else None,
+                **inputs,
+            )
+            for i, each in enumerate(bodies)
+        ),
+        return_exceptions=True,
+    )
+    gens = [g for g in started if isinstance(g, Generation)]
+    failure = next((g for g in started if isinstance(g, BaseException)), None)
+    if failure is not None:  # one choice failed before its first token: free the others
+        for gen in gens:
+            await gen.aclose()
+        raise failure
+    return gens
 
 
 def _request_headers(request: Request[Any, Any, Any], request_id: str) -> dict[str, str]:
@@ -130,7 +172,7 @@ async def _disconnect(request: Request[Any, Any, Any]) -> None:
 
 
 def _stream_response(
-    gen: Generation,
+    gens: list[Generation],
     kind: Kind,
     name: str,
     include_usage: bool,
@@ -138,7 +180,7 @@ def _stream_response(
     *,
     echo: str = "",
 ) -> Stream:
-    events = sse_events(gen, kind, name, include_usage, echo)
+    events = sse_events(gens, kind, name, include_usage, echo)
     return Stream(
         events,
         media_type="text/event-stream",

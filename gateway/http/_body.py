@@ -71,8 +71,6 @@ def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadReque
         message = f"unknown parameter: {hint}"
     elif err["type"] == "missing":
         message = "missing required parameter"
-    elif param == "n":
-        message = "only n=1 is supported: send one request per completion"
     else:
         message = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] != "value_error":

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import secrets
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 from zest.engines import StageStats
@@ -117,17 +118,46 @@ def _usage(gen: Generation, completion_tokens: int) -> dict[str, Any]:
     return usage
 
 
-def _choice(kind: Kind, text: str, finish: str | None, *, chunk: bool) -> dict[str, Any]:
+def _choice(
+    kind: Kind, text: str, finish: str | None, *, chunk: bool, index: int = 0
+) -> dict[str, Any]:
     if kind == "completion":
-        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
     key = "delta" if chunk else "message"
     content: dict[str, Any] = {"content": text} if chunk else {"role": "assistant", "content": text}
-    return {"index": 0, key: content, "logprobs": None, "finish_reason": finish}
+    return {"index": index, key: content, "logprobs": None, "finish_reason": finish}
+
+
+Choices = Generation | Sequence[Generation]
+
+
+def _listed(gens: Choices) -> list[Generation]:
+    return [gens] if isinstance(gens, Generation) else list(gens)
 
 
 async def collect_body(
-    gen: Generation, kind: Kind, requested_model: str, echo: str = ""
+    gens: Choices, kind: Kind, requested_model: str, echo: str = ""
 ) -> dict[str, Any]:
+    """One JSON body: a choice per generation (n), the usage of all of them."""
+    listed = _listed(gens)
+    collected = await asyncio.gather(
+        *(_collect_choice(gen, kind, echo, index) for index, gen in enumerate(listed))
+    )
+    first = listed[0]
+    return {
+        "id": _new_id(kind),
+        "object": _OBJECT[kind],
+        "created": int(time.time()),
+        "model": requested_model,
+        "choices": [choice for choice, _ in collected],
+        "usage": _usage(first, sum(produced for _, produced in collected)),
+        "zest": zest_extension(first),
+    }
+
+
+async def _collect_choice(
+    gen: Generation, kind: Kind, echo: str, index: int
+) -> tuple[dict[str, Any], int]:
     parts, finish, produced = [echo], "stop", 0
     async for delta in gen.deltas():
         parts.append(delta.text)
@@ -135,27 +165,17 @@ async def collect_body(
             finish, produced = delta.finish_reason, delta.completion_tokens
     text = "".join(parts)
     if gen.tools is not None:
-        choice = _tool_choice(gen.tools.read(text), finish)
-    else:
-        choice = _choice(kind, text, finish, chunk=False)
-    return {
-        "id": _new_id(kind),
-        "object": _OBJECT[kind],
-        "created": int(time.time()),
-        "model": requested_model,
-        "choices": [choice],
-        "usage": _usage(gen, produced),
-        "zest": zest_extension(gen),
-    }
+        return _tool_choice(gen.tools.read(text), finish, index), produced
+    return _choice(kind, text, finish, chunk=False, index=index), produced
 
 
-def _tool_choice(answer: ToolAnswer, finish: str) -> dict[str, Any]:
+def _tool_choice(answer: ToolAnswer, finish: str, index: int = 0) -> dict[str, Any]:
     """A chat choice from a tool-use answer: its calls (finish_reason tool_calls) or content."""
     message: dict[str, Any] = {"role": "assistant", "content": answer.content}
     if answer.calls:
         message["tool_calls"] = list(answer.calls)
     return {
-        "index": 0,
+        "index": index,
         "message": message,
         "logprobs": None,
         "finish_reason": answer.finish_reason or finish,
@@ -173,10 +193,73 @@ def _event(payload: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
 
 
+# One streamed choice's chunk: its choice object, and (on its last) the tokens it produced.
+_Piece = tuple[dict[str, Any], int | None]
+
+
+async def _choice_pieces(
+    gen: Generation, kind: Kind, echo: str, index: int
+) -> AsyncIterator[_Piece]:
+    if kind == "chat":
+        role = {"role": "assistant", "content": ""}
+        yield {"index": index, "delta": role, "logprobs": None, "finish_reason": None}, None
+    if echo:  # a completion's echo: the prompt as sent, first
+        yield _choice(kind, echo, None, chunk=True, index=index), None
+    held: list[str] = []  # a tool-use answer is read whole, then sent as its calls
+    async for delta in gen.deltas():
+        if delta.text and gen.tools is not None:
+            held.append(delta.text)
+        elif delta.text:
+            yield _choice(kind, delta.text, None, chunk=True, index=index), None
+        if delta.finish_reason is None:
+            continue
+        finish: str = delta.finish_reason
+        if gen.tools is not None:
+            answer = gen.tools.read("".join(held))
+            for piece in _tool_deltas(answer):
+                yield {"index": index, "delta": piece, "finish_reason": None}, None
+            finish = answer.finish_reason or finish
+        yield _choice(kind, "", finish, chunk=True, index=index), delta.completion_tokens
+
+
+async def _merged(streams: list[AsyncIterator[_Piece]]) -> AsyncIterator[_Piece]:
+    """The pieces of several choices as they come (one choice: as it is)."""
+    if len(streams) == 1:
+        async for piece in streams[0]:
+            yield piece
+        return
+    queue: asyncio.Queue[_Piece | BaseException | None] = asyncio.Queue()
+
+    async def pump(stream: AsyncIterator[_Piece]) -> None:
+        try:
+            async for piece in stream:
+                await queue.put(piece)
+            await queue.put(None)
+        except Exception as exc:  # re-raised in the reader: the stream ends with an error event
+            await queue.put(exc)
+
+    tasks = [asyncio.ensure_future(pump(stream)) for stream in streams]
+    try:
+        ended = 0
+        while ended < len(streams):
+            item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            if item is None:
+                ended += 1
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
 async def sse_events(
-    gen: Generation, kind: Kind, requested_model: str, include_usage: bool, echo: str = ""
+    gens: Choices, kind: Kind, requested_model: str, include_usage: bool, echo: str = ""
 ) -> AsyncIterator[bytes]:
-    """SSE chunks; a failure after the first byte ends the stream with an error event."""
+    """SSE chunks, each choice's with its index; a failure after the first byte ends the
+    stream with an error event."""
+    listed = _listed(gens)
     base = {
         "id": _new_id(kind),
         "object": _CHUNK_OBJECT[kind],
@@ -187,46 +270,28 @@ async def sse_events(
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
         return _event({**base, "choices": choices, **extra})
 
+    first = listed[0]
     try:
-        if kind == "chat":
-            yield chunk(
-                [
-                    {
-                        "index": 0,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                ]
-            )
-        if echo:  # a completion's echo: the prompt as sent, first
-            yield chunk([_choice(kind, echo, None, chunk=True)])
-        held: list[str] = []  # a tool-use answer is read whole, then sent as its calls
-        async for delta in gen.deltas():
-            if delta.text and gen.tools is not None:
-                held.append(delta.text)
-            elif delta.text:
-                yield chunk([_choice(kind, delta.text, None, chunk=True)])
-            if delta.finish_reason is None:
+        produced = 0
+        streams = [_choice_pieces(g, kind, echo, i) for i, g in enumerate(listed)]
+        async for choice, tokens in _merged(streams):
+            if tokens is None:
+                yield chunk([choice])
                 continue
-            finish: str = delta.finish_reason
-            if gen.tools is not None:
-                answer = gen.tools.read("".join(held))
-                for piece in _tool_deltas(answer):
-                    yield chunk([{"index": 0, "delta": piece, "finish_reason": None}])
-                finish = answer.finish_reason or finish
-            yield chunk([_choice(kind, "", finish, chunk=True)], zest=zest_extension(gen))
-            if include_usage:
-                yield chunk([], usage=_usage(gen, delta.completion_tokens))
+            produced += tokens
+            yield chunk([choice], zest=zest_extension(first))
+        if include_usage:
+            yield chunk([], usage=_usage(first, produced))
         yield b"data: [DONE]\n\n"
     except RequestError as exc:
-        log.warning("stream for task %s failed after it began: %s", gen.plan.task, exc)
+        log.warning("stream for task %s failed after it began: %s", first.plan.task, exc)
         yield _event(exc.to_body())
     except Exception:
-        log.exception("stream for task %s failed after it began", gen.plan.task)
+        log.exception("stream for task %s failed after it began", first.plan.task)
         yield _event(EngineError("generation failed mid-stream: see the server log").to_body())
     finally:
-        await gen.aclose()
+        for gen in listed:
+            await gen.aclose()
 
 
 def embedding_headers(done: Embedded) -> dict[str, str]:

@@ -22,6 +22,7 @@ __all__ = [
 ]
 
 MAX_STOPS = 16
+MAX_CHOICES = 8
 
 # OpenAI fields that change nothing for a model served here: accepted, and named back to the
 # client (x-zest-ignored) so that nothing is ignored silently. A field that would change the
@@ -115,7 +116,8 @@ class SamplingFields(_Body):
     seed: int | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: Literal[1] = 1
+    # Choices per request: n sequences decoded together in the model's batch.
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
     response_format: ResponseFormat | None = None
     # Token id (as a string, OpenAI's spelling) -> a bias added to its logit (-100 bans it).
     logit_bias: dict[str, float] | None = None

@@ -154,8 +154,8 @@ BAD_BODIES = [
         "max_token: unknown parameter: did you mean 'max_tokens'?",
     ),
     (
-        {"model": "chat", "messages": HI, "n": 2},
-        "n: only n=1 is supported: send one request per completion",
+        {"model": "chat", "messages": HI, "n": 9},
+        "n: Input should be less than or equal to 8, got 9",
     ),
     ({"messages": HI}, "model: missing required parameter"),
     (

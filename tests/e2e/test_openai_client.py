@@ -222,6 +222,44 @@ def test_logit_bias_forces_or_bans_a_token(client: openai.OpenAI) -> None:
     assert outside.value.param == "logit_bias"
 
 
+def test_n_gives_that_many_choices_sampled_apart(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model="chat", messages=QUESTION, max_tokens=12, n=3, temperature=1.0, seed=7
+    )
+    assert [choice.index for choice in reply.choices] == [0, 1, 2]
+    texts = [choice.message.content for choice in reply.choices]
+    assert all(texts)
+    assert len(set(texts)) > 1, "each choice samples with its own seed"
+    assert reply.usage is not None
+    assert 3 <= reply.usage.completion_tokens <= 36
+    again = client.chat.completions.create(
+        model="chat", messages=QUESTION, max_tokens=12, n=3, temperature=1.0, seed=7
+    )
+    assert [c.message.content for c in again.choices] == texts  # seeds make it repeatable
+
+
+def test_n_streams_each_choice_under_its_index(client: openai.OpenAI) -> None:
+    stream = client.completions.create(
+        model="autocomplete", prompt="The quick brown fox", max_tokens=6, n=2, temperature=0,
+        stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    texts, finished, usage = ["", ""], set(), None
+    for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.text
+            if choice.finish_reason:
+                finished.add(choice.index)
+        usage = chunk.usage or usage
+    assert finished == {0, 1}
+    assert texts[0] == texts[1]  # greedy: the same text twice
+    whole = client.completions.create(
+        model="autocomplete", prompt="The quick brown fox", max_tokens=6, temperature=0
+    )
+    assert texts[0] == whole.choices[0].text
+    assert usage is not None
+    assert usage.completion_tokens == 2 * (whole.usage.completion_tokens if whole.usage else 0)
+
+
 def test_errors_arrive_as_openai_exceptions(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="nope", messages=QUESTION)
