@@ -97,17 +97,23 @@ def test_the_extraction_task_answers_in_its_schema_whatever_the_client_sends(
     assert isinstance(invoice["total"], int | float)
     assert invoice["currency"] in {"EUR", "USD", "GBP"}
     # The route's format wins over the client's (json_object here): still the invoice schema.
-    client = openai.OpenAI(base_url=extraction.v1, api_key="unused", max_retries=0, timeout=60)
-    answer = client.chat.completions.create(
-        model="extract_invoice",
-        messages=[{"role": "user", "content": "Invoice 9 from ACME, total 3 EUR"}],
-        response_format={"type": "json_object"},
-    )
+    with openai.OpenAI(base_url=extraction.v1, api_key="u", max_retries=0, timeout=60) as client:
+        answer = client.chat.completions.create(
+            model="extract_invoice",
+            messages=[{"role": "user", "content": "Invoice 9 from ACME, total 3 EUR"}],
+            response_format={"type": "json_object"},
+        )
     assert set(json.loads(answer.choices[0].message.content or "")) == set(invoice)
 
 
-def test_a_client_schema_constrains_a_plain_chat_task(extraction: Server) -> None:
-    client = openai.OpenAI(base_url=extraction.v1, api_key="unused", max_retries=0, timeout=60)
+@pytest.fixture
+def extraction_client(extraction: Server) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=extraction.v1, api_key="u", max_retries=0, timeout=60) as made:
+        yield made
+
+
+def test_a_client_schema_constrains_a_plain_chat_task(extraction_client: openai.OpenAI) -> None:
+    client = extraction_client
     schema = {
         "type": "object",
         "properties": {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import openai
 import pytest
@@ -15,8 +16,9 @@ QUESTION = [{"role": "user", "content": "List the planets of the solar system."}
 
 
 @pytest.fixture
-def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=60)
+def client(server: Server) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=60) as made:
+        yield made  # closed after the test: no socket left for the garbage collector
 
 
 @pytest.fixture

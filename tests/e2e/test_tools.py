@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -45,8 +46,9 @@ ASK: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture
-def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120)
+def client(server: Server) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120) as made:
+        yield made  # closed after the test: no socket left for the garbage collector
 
 
 def assert_valid_weather_call(call: Any) -> dict[str, Any]:
