@@ -25,6 +25,7 @@ __all__ = [
     "Message",
     "Prompt",
     "StageStats",
+    "TokenLogprob",
     "Tokenizer",
     "TokenizerFactory",
     "engine_kind",
@@ -140,6 +141,8 @@ class GenerationJob:
     response_format: ResponseFormat | None = None
     # (token id, bias added to its logit): -100 bans a token, +100 all but forces it.
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # None: no log probabilities; k (0..20): each token's, with the k most likely alternatives.
+    logprobs: int | None = None
     # Shared by copies (dataclasses.replace): cancelling one cancels the generation.
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
@@ -206,6 +209,17 @@ class StageStats:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log probability under the model (before sampling's filters), and
+    the most likely alternatives at that step (token text, its bytes, log probability)."""
+
+    token: str
+    utf8: bytes
+    logprob: float
+    top: tuple[tuple[str, bytes, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Delta:
     """A piece of generated text. The first delta carries the prefill figures; the last one
     carries finish_reason, the token count and the figures of every stage."""
@@ -218,6 +232,8 @@ class Delta:
     cached_tokens: int = 0
     # Set on the last delta when the engine counted the prompt itself (a remote upstream).
     prompt_tokens: int | None = None
+    # On the last delta, when the job asked for them: every generated token's log probability.
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)

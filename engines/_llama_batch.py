@@ -151,7 +151,7 @@ class BatchScheduler:
                     ]
                 )
                 for index, slot in enumerate(generating):
-                    self._advance(slot, self._ctx.sample(slot.sampler, index))
+                    self._advance(slot, self._ctx.sample_into(slot.out, slot.sampler, index))
             if filling is not None:
                 self._prefill_chunk(filling)
         except Exception as exc:
@@ -170,7 +170,7 @@ class BatchScheduler:
         slot.cursor = chunk_end
         if chunk_end < len(slot.prompt):
             return
-        token = self._ctx.sample(slot.sampler, last_index)
+        token = self._ctx.sample_into(slot.out, slot.sampler, last_index)
         prefill_ms = (time.perf_counter() - slot.admitted) * 1000
         slot.stats = StageStats(self._device, self._device, prefill_ms)
         if self._cache is not None:

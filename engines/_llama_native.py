@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from zest.engines._base import GenerationJob
+from zest.engines._output import SequenceOutput
 from zest.errors import EngineError
 
 __all__ = ["ContextSettings", "NativeContext", "make_sampler", "token_piece"]
@@ -39,6 +42,7 @@ class ContextSettings:
 class NativeContext:
     def __init__(self, llama_cpp: Any, internals: Any, model: Any, settings: ContextSettings):
         self._lib, self._internals, self.settings = llama_cpp, internals, settings
+        self._n_vocab = int(model.n_vocab())
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = settings.n_ctx
         params.n_batch = settings.n_batch
@@ -98,6 +102,23 @@ class NativeContext:
 
     def sample(self, sampler: Any, index: int) -> int:
         return int(sampler.sample(self._ctx, index))
+
+    def sample_into(self, out: SequenceOutput, sampler: Any, index: int) -> int:
+        """Sample the next token of `out`'s sequence, with its log probability when asked."""
+        token = self.sample(sampler, index)
+        if out.job.logprobs is not None:
+            out.score(token, *self.logprobs(index, token, out.job.logprobs))
+        return token
+
+    def logprobs(self, index: int, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
+        """`token`'s log probability at batch position `index` under the raw logits (before
+        the sampler's filters), and the `top` most likely tokens with theirs."""
+        pointer = self._lib.llama_get_logits_ith(self._ctx.ctx, index)
+        logits = np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)).astype(np.float64)
+        peak = logits.max()
+        logprobs = logits - (peak + np.log(np.exp(logits - peak).sum()))
+        best: list[int] = [int(t) for t in np.argsort(-logprobs)[:top]] if top else []
+        return float(logprobs[token]), [(t, float(logprobs[t])) for t in best]
 
     def export_seq(self, seq: int) -> bytes:
         size = self._lib.llama_state_seq_get_size(self._ctx.ctx, seq)

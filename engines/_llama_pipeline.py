@@ -105,7 +105,7 @@ class HybridPipeline:
             sampler.close()
             task.finish(out.final(StageStats(*self._devices, prefill_ms=_ms(started))))
             return None
-        token = ctx.sample(sampler, ctx.last_index)
+        token = ctx.sample_into(out, sampler, ctx.last_index)
         prefill_ms, exported = _ms(started), time.perf_counter()
         state = ctx.export_seq(0)
         ctx.forget(0)
@@ -177,7 +177,7 @@ class HybridPipeline:
             return
         for index, (slot, seq) in enumerate(order):
             seq.pos += 1
-            seq.token = self._decode.sample(seq.sampler, index)
+            seq.token = self._decode.sample_into(seq.out, seq.sampler, index)
             text = seq.out.push(seq.token)
             if text:
                 seq.task.send(Delta(text))

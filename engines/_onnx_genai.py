@@ -171,6 +171,13 @@ class OnnxGenaiEngine(Engine):
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         tokenizer = self._loaded_tokenizer()
+        if job.logprobs is not None:  # asked for: never answered without them
+            raise BadRequestError(
+                f"logprobs: model {self.model_id!r} runs on onnxruntime-genai, for which zest "
+                "gives no log probabilities: remove logprobs, or route the task to a llamacpp "
+                "model",
+                param="logprobs",
+            )
         if job.logit_bias:  # it would change the answer: never ignored silently
             raise BadRequestError(
                 f"logit_bias: model {self.model_id!r} runs on onnxruntime-genai, which has no "

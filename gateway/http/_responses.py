@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
-from zest.engines import StageStats
+from zest.engines import StageStats, TokenLogprob
 from zest.errors import EngineError, RequestError
 from zest.gateway.serving import Embedded, Generation, ToolAnswer
 from zest.policies import Trimmed
@@ -159,14 +159,48 @@ async def _collect_choice(
     gen: Generation, kind: Kind, echo: str, index: int
 ) -> tuple[dict[str, Any], int]:
     parts, finish, produced = [echo], "stop", 0
+    scored: tuple[TokenLogprob, ...] = ()
     async for delta in gen.deltas():
         parts.append(delta.text)
         if delta.finish_reason is not None:
-            finish, produced = delta.finish_reason, delta.completion_tokens
+            finish, produced, scored = delta.finish_reason, delta.completion_tokens, delta.logprobs
     text = "".join(parts)
     if gen.tools is not None:
         return _tool_choice(gen.tools.read(text), finish, index), produced
-    return _choice(kind, text, finish, chunk=False, index=index), produced
+    choice = _choice(kind, text, finish, chunk=False, index=index)
+    choice["logprobs"] = logprobs_object(kind, scored, len(echo)) if scored else None
+    return choice, produced
+
+
+def logprobs_object(kind: Kind, scored: Sequence[TokenLogprob], offset: int = 0) -> dict[str, Any]:
+    """OpenAI's logprobs of a choice: chat's `content` list, or the completions' legacy
+    columns (tokens, token_logprobs, top_logprobs, text_offset)."""
+    if kind == "chat":
+        return {
+            "content": [
+                {
+                    "token": t.token,
+                    "logprob": t.logprob,
+                    "bytes": list(t.utf8),
+                    "top_logprobs": [
+                        {"token": text, "logprob": lp, "bytes": list(raw)}
+                        for text, raw, lp in t.top
+                    ],
+                }
+                for t in scored
+            ],
+            "refusal": None,
+        }
+    offsets, at = [], offset
+    for t in scored:
+        offsets.append(at)
+        at += len(t.token)
+    return {
+        "tokens": [t.token for t in scored],
+        "token_logprobs": [t.logprob for t in scored],
+        "top_logprobs": [{text: lp for text, _, lp in t.top} for t in scored],
+        "text_offset": offsets,
+    }
 
 
 def _tool_choice(answer: ToolAnswer, finish: str, index: int = 0) -> dict[str, Any]:
@@ -219,7 +253,10 @@ async def _choice_pieces(
             for piece in _tool_deltas(answer):
                 yield {"index": index, "delta": piece, "finish_reason": None}, None
             finish = answer.finish_reason or finish
-        yield _choice(kind, "", finish, chunk=True, index=index), delta.completion_tokens
+        last = _choice(kind, "", finish, chunk=True, index=index)
+        if delta.logprobs:  # every token's, on the choice's last chunk
+            last["logprobs"] = logprobs_object(kind, delta.logprobs, len(echo))
+        yield last, delta.completion_tokens
 
 
 async def _merged(streams: list[AsyncIterator[_Piece]]) -> AsyncIterator[_Piece]:

@@ -306,6 +306,7 @@ class _Walk:
             label=label,
             privacy=route.privacy,
             logit_bias=body.biases(),
+            logprobs=body.logprob_count(),
             response_format=self.tools.response_format()
             if self.tools
             else _response_format(route, body),

@@ -121,7 +121,6 @@ class SamplingFields(_Body):
     response_format: ResponseFormat | None = None
     # Token id (as a string, OpenAI's spelling) -> a bias added to its logit (-100 bans it).
     logit_bias: dict[str, float] | None = None
-    logprobs: Literal[False] | None = None
 
     @field_validator("stop")
     @classmethod
@@ -153,6 +152,10 @@ class SamplingFields(_Body):
     def biases(self) -> tuple[tuple[int, float], ...]:
         return tuple((int(token), value) for token, value in (self.logit_bias or {}).items())
 
+    def logprob_count(self) -> int | None:
+        """None: no log probabilities; k: each token's, with k alternatives (per endpoint)."""
+        return None
+
     def stops(self) -> tuple[str, ...]:
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
 
@@ -174,10 +177,21 @@ class ChatRequest(SamplingFields):
     messages: list[ChatMessage]
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     # False: at most one call per answer (the constraint says so).
     parallel_tool_calls: bool | None = None
 
     _messages = field_validator("messages")(_check_messages)
+
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self) -> ChatRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
+
+    def logprob_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class CompletionRequest(SamplingFields):
@@ -186,6 +200,11 @@ class CompletionRequest(SamplingFields):
     # The prompt before the completion in the answer.
     echo: bool | None = None
     suffix: None = None
+    # Each token's log probability, with this many alternatives (OpenAI's legacy form).
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+
+    def logprob_count(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod

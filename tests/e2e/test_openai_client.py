@@ -262,6 +262,51 @@ def test_n_streams_each_choice_under_its_index(client: openai.OpenAI) -> None:
     assert usage.completion_tokens == 2 * (whole.usage.completion_tokens if whole.usage else 0)
 
 
+def test_logprobs_cover_each_token_and_greedy_picks_the_top_one(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model="chat", messages=QUESTION, max_tokens=8, temperature=0, logprobs=True,
+        top_logprobs=3,
+    )  # fmt: skip
+    choice = reply.choices[0]
+    assert choice.logprobs is not None
+    content = choice.logprobs.content or []
+    assert reply.usage is not None
+    assert len(content) == reply.usage.completion_tokens == 8
+    assert "".join(t.token for t in content) == choice.message.content
+    for token in content:
+        assert token.logprob <= 0
+        assert len(token.top_logprobs) == 3
+        ranked = [alt.logprob for alt in token.top_logprobs]
+        assert ranked == sorted(ranked, reverse=True)
+        # Greedy decoding takes the most likely token: it is the top alternative.
+        assert token.top_logprobs[0].token == token.token
+        assert abs(token.top_logprobs[0].logprob - token.logprob) < 1e-6
+        assert bytes(token.bytes or []).decode("utf-8", "replace") == token.token
+
+
+def test_completion_logprobs_in_the_legacy_columns_and_streamed(client: openai.OpenAI) -> None:
+    prompt = "The quick brown fox"
+    reply = client.completions.create(
+        model="autocomplete", prompt=prompt, max_tokens=5, temperature=0, logprobs=2, echo=True
+    )
+    logprobs = reply.choices[0].logprobs
+    assert logprobs is not None
+    tokens = logprobs.tokens or []
+    assert len(tokens) == len(logprobs.token_logprobs or []) == 5
+    assert all(len(top) == 2 for top in logprobs.top_logprobs or [])
+    assert (logprobs.text_offset or [])[0] == len(prompt)  # after the echoed prompt
+    assert reply.choices[0].text == prompt + "".join(tokens)
+    stream = client.completions.create(
+        model="autocomplete", prompt=prompt, max_tokens=5, temperature=0, logprobs=2, stream=True
+    )
+    last = [c.choices[0] for c in stream if c.choices][-1]
+    assert last.logprobs is not None
+    assert last.logprobs.token_logprobs == logprobs.token_logprobs
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="chat", messages=QUESTION, top_logprobs=2)
+    assert "top_logprobs needs logprobs: true" in refused.value.message
+
+
 def test_errors_arrive_as_openai_exceptions(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="nope", messages=QUESTION)

@@ -6,6 +6,7 @@ Emulated devices (CPU threads labelled npu and gpu) make the split run for real 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -120,3 +121,22 @@ def test_cancel_during_hybrid_decode(engines: tuple[Engine, Engine]) -> None:
     seen = cancel_after_three(hybrid, job_for(hybrid, "Tell a long story.", max_tokens=300))
     assert_cancelled_within_one_token(seen, 300)
     assert collect(hybrid, job_for(hybrid, "Hi", max_tokens=3))[-1].completion_tokens == 3
+
+
+def test_logprobs_come_from_both_stages(engines: tuple[Engine, Engine]) -> None:
+    """The first token is sampled on the prefill device, the rest on the decode device: each
+    has its log probability, and greedy decoding takes the top alternative every time."""
+    single, hybrid = engines
+    job = dataclasses.replace(job_for(single, PROMPTS[0], max_tokens=6), logprobs=2)
+    alone = collect(single, job)[-1].logprobs
+    split = collect(hybrid, job_for(single, PROMPTS[0], max_tokens=6))[-1].logprobs
+    assert split == ()  # not asked for: none computed
+    split = collect(
+        hybrid, dataclasses.replace(job_for(single, PROMPTS[0], max_tokens=6), logprobs=2)
+    )[-1].logprobs
+    assert [t.token for t in split] == [t.token for t in alone]
+    assert len(split) == 6
+    for token in split:
+        assert token.top[0][0] == token.token
+        assert len(token.top) == 2
+    assert max(abs(a.logprob - b.logprob) for a, b in zip(split, alone, strict=True)) < 0.05
