@@ -53,6 +53,8 @@ class Prompt:
     messages: tuple[Message, ...]
     # The serving model's tokens, once encoded (None: not yet, or a remote engine's prompt).
     tokens: tuple[int, ...] | None = None
+    # A completion's text after the gap (fill-in-the-middle): the model writes between.
+    suffix: str | None = None
     _encodings: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -60,8 +62,8 @@ class Prompt:
         return cls("chat", tuple(dict(m) for m in messages))
 
     @classmethod
-    def completion(cls, text: str) -> Prompt:
-        return cls("completion", ({"role": "user", "content": text},))
+    def completion(cls, text: str, suffix: str | None = None) -> Prompt:
+        return cls("completion", ({"role": "user", "content": text},), suffix=suffix)
 
     @classmethod
     def of_tokens(cls, tokens: Sequence[int]) -> Prompt:
@@ -78,7 +80,9 @@ class Prompt:
         same = len(messages) == len(self.messages) and all(
             dict(a) == b for a, b in zip(messages, self.messages, strict=True)
         )
-        return self if same else Prompt(self.kind, tuple(dict(m) for m in messages))
+        if same:
+            return self
+        return Prompt(self.kind, tuple(dict(m) for m in messages), suffix=self.suffix)
 
     def encode(self, tokenizer: Tokenizer) -> tuple[int, ...]:
         """The tokens `tokenizer` makes of this prompt: computed once, then remembered."""
@@ -100,6 +104,7 @@ class Tokenizer(ABC):
 
     # Names what these tokens are valid for: the model and its resolved source.
     key: str
+    model_id: str = ""
 
     @abstractmethod
     def render_chat(self, messages: Sequence[Mapping[str, str]]) -> str:
@@ -109,11 +114,32 @@ class Tokenizer(ABC):
     def tokenize(self, text: str, *, add_special: bool) -> list[int]:
         """Tokens of `text` with this model's tokenizer (special tokens parsed)."""
 
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        """The model's fill-in-the-middle tokens (prefix, suffix, middle); None: it has none."""
+        return None
+
     def encode(self, prompt: Prompt) -> tuple[int, ...]:
-        """A prompt's tokens: a chat through the template, a completion's text as it is."""
+        """A prompt's tokens: a chat through the template, a completion's text as it is (with
+        a suffix: in the model's fill-in-the-middle form, prefix-suffix-middle)."""
+        if prompt.suffix is not None:
+            return self._fill_in_the_middle(prompt.text, prompt.suffix)
         if prompt.kind == "completion":
             return tuple(self.tokenize(prompt.text, add_special=True))
         return tuple(self.tokenize(self.render_chat(prompt.messages), add_special=False))
+
+    def _fill_in_the_middle(self, before: str, after: str) -> tuple[int, ...]:
+        fim = self.fim_tokens()
+        if fim is None:
+            raise BadRequestError(
+                f"suffix: model {self.model_id!r} has no fill-in-the-middle tokens in its "
+                "vocabulary: "
+                "remove suffix, or route the task to a model trained for infill (a code model)",
+                param="suffix",
+            )
+        prefix, suffix, middle = fim
+        head = self.tokenize(before, add_special=False)
+        tail = self.tokenize(after, add_special=False)
+        return (prefix, *head, suffix, *tail, middle)
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class LlamaCppTokenizer(Tokenizer):
 
     def __init__(self, model_id: str, path: Path, lib: Any, model: Any) -> None:
         self.model_id, self.key, self._model = model_id, f"{model_id} ({path})", model
+        self._lib = lib
         self._formatter = _chat_formatter(lib, model)
 
     @classmethod
@@ -77,6 +78,15 @@ class LlamaCppTokenizer(Tokenizer):
                 f"model {self.model_id!r} has no chat template: use a completion route"
             )
         return str(self._formatter(messages=[dict(m) for m in messages]).prompt)
+
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        vocab = self._model.vocab
+        found = tuple(
+            int(get(vocab))
+            for get in (self._lib.llama_vocab_fim_pre, self._lib.llama_vocab_fim_suf,
+                        self._lib.llama_vocab_fim_mid)
+        )  # fmt: skip
+        return (found[0], found[1], found[2]) if min(found) >= 0 else None
 
     def tokenize(self, text: str, *, add_special: bool) -> list[int]:
         add_bos = add_special and self._model.add_bos_token()

@@ -248,6 +248,8 @@ class RemoteEngine(Engine):
         }
         if job.prompt.kind == "completion":
             body["prompt"] = job.prompt.text
+            if job.prompt.suffix is not None:
+                body["suffix"] = job.prompt.suffix
         else:
             body["messages"] = [dict(m) for m in job.prompt.messages]
         if job.stop:

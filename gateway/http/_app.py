@@ -221,6 +221,7 @@ async def completions(
         body,
         record=record,
         prompt=prompt,
+        suffix=body.suffix,
         echo=prompt if body.echo else "",
     )
 

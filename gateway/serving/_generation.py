@@ -112,6 +112,7 @@ async def start_generation(
     request_id: str,
     messages: list[ChatMessage] | None = None,
     prompt: str | None = None,
+    suffix: str | None = None,
     tools: ToolUse | None = None,
     events: RequestEvents | None = None,
 ) -> Generation:
@@ -120,7 +121,7 @@ async def start_generation(
     routes = runtime.routes  # this request's table, to its end, whatever a reload does
     route = find_route(name, kind, routes.config)
     _check_tools(name, route, tools)
-    asked = build_prompt(route, kind, messages, prompt, tools)
+    asked = build_prompt(route, kind, messages, prompt, tools, suffix=suffix)
     deadline = Deadline.start(name, route.timeouts)
     counted = await runtime.count_prompt(routes, route.model, asked)
     plan = runtime.plan(routes, name, route, prompt_tokens=counted)
@@ -151,11 +152,13 @@ def build_prompt(
     messages: Sequence[ChatMessage] | None,
     prompt: str | None,
     tools: ToolUse | None = None,
+    *,
+    suffix: str | None = None,
 ) -> Prompt:
     """The request's prompt: a chat's messages (with the route's system prompt first, and the
     tools described), or a completion's text."""
     if kind == "completion" or messages is None:
-        return Prompt.completion(prompt or "")
+        return Prompt.completion(prompt or "", suffix)
     chat: list[Message] = [m.as_sent() for m in messages]
     system = [p for p in (route.system_prompt, tools and tools.system_text()) if p]
     if system and chat[0]["role"] == "system":  # one system turn: templates expect one, first

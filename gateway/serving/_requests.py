@@ -199,7 +199,8 @@ class CompletionRequest(SamplingFields):
     prompt: str | list[str]
     # The prompt before the completion in the answer.
     echo: bool | None = None
-    suffix: None = None
+    # The text after the gap: the model fills in between (models with FIM tokens).
+    suffix: str | None = None
     # Each token's log probability, with this many alternatives (OpenAI's legacy form).
     logprobs: int | None = Field(default=None, ge=0, le=5)
 

@@ -307,6 +307,13 @@ def test_completion_logprobs_in_the_legacy_columns_and_streamed(client: openai.O
     assert "top_logprobs needs logprobs: true" in refused.value.message
 
 
+def test_a_suffix_on_a_model_without_infill_tokens_says_so(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model="autocomplete", prompt="def f(", suffix="):\n")
+    assert refused.value.param == "suffix"
+    assert "model 'smollm2' has no fill-in-the-middle tokens" in refused.value.message
+
+
 def test_errors_arrive_as_openai_exceptions(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="nope", messages=QUESTION)

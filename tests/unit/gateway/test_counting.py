@@ -7,7 +7,10 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import pytest
+
 from zest.engines import Inventory, Prompt, Tokenizer
+from zest.errors import BadRequestError
 from zest.gateway.serving._runtime import Runtime
 from zest.gateway.serving._tokens import Tokens
 from zest.policies import approximate_tokens
@@ -106,3 +109,24 @@ def test_a_completion_is_its_text_with_special_tokens() -> None:
     prompt = Prompt.completion("def f():")
     assert (prompt.kind, prompt.text) == ("completion", "def f():")
     assert SpyTokenizer().encode(prompt) == tuple(ord(c) for c in "def f():")
+
+
+class FimTokenizer(SpyTokenizer):
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        return (1, 2, 3)
+
+
+def test_a_suffix_is_encoded_prefix_suffix_middle_with_the_models_fim_tokens() -> None:
+    prompt = Prompt.completion("ab", suffix="c")
+    assert FimTokenizer().encode(prompt) == (1, 97, 98, 2, 99, 3)
+    trimmed = prompt.with_messages([{"role": "user", "content": "b"}])
+    assert trimmed.suffix == "c"  # trimming the text keeps the gap's other side
+
+
+def test_a_suffix_on_a_model_without_fim_tokens_is_a_400_naming_it() -> None:
+    spy = SpyTokenizer()
+    spy.model_id = "smollm2"
+    with pytest.raises(BadRequestError) as refused:
+        spy.encode(Prompt.completion("def f(", suffix="):"))
+    assert refused.value.param == "suffix"
+    assert "model 'smollm2' has no fill-in-the-middle tokens" in refused.value.message
