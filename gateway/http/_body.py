@@ -38,8 +38,29 @@ async def parse_body(request: Request[Any, Any, Any], schema: type[Body]) -> Bod
         raise BadRequestError(
             f"the request body is not valid JSON: {exc}: send a JSON object"
         ) from None
+    except RecursionError:  # a body nested thousands deep: no request needs that
+        raise _too_deep() from None
     if not isinstance(data, dict):
         raise BadRequestError("the request body must be a JSON object")
+    try:
+        return _validated(request, schema, data)
+    except RecursionError:  # deep enough to parse, too deep to walk or validate
+        raise _too_deep() from None
+
+
+def _too_deep() -> BadRequestError:
+    return BadRequestError(
+        "the request body nests too deeply: send a JSON object nested at most a few hundred levels"
+    )
+
+
+def _validated(request: Request[Any, Any, Any], schema: type[Body], data: dict[str, Any]) -> Body:
+    if (where := _lone_surrogate(data)) is not None:
+        raise BadRequestError(
+            f"{where or 'the body'}: holds a lone UTF-16 surrogate (such as \\ud800), which is "
+            "not text: send valid Unicode",
+            param=where or None,
+        )
     if isinstance(data.get("model"), str):  # what the body asks for, even if it is invalid
         request.state[REQUESTED_TASK] = data["model"]
     if issubclass(schema, SamplingFields | EmbeddingRequest | ResponsesRequest):
@@ -48,6 +69,28 @@ async def parse_body(request: Request[Any, Any, Any], schema: type[Body]) -> Bod
         return schema.model_validate(data)
     except ValidationError as exc:
         raise _validation_error(exc, schema) from None
+
+
+def _lone_surrogate(value: Any, path: str = "") -> str | None:
+    """The key path of the first string JSON escapes made into invalid Unicode, if any."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, item in items:
+        found = _lone_surrogate(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def _drop_ignored(data: dict[str, Any]) -> list[str]:

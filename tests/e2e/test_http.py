@@ -264,3 +264,35 @@ def test_a_client_that_gives_up_on_a_plain_request_cancels_it(server: Server) ->
     line = server.wait_for_log("max_tokens=397")
     assert "finish=cancelled" in line
     assert int(line.split("completion_tokens=")[1].split()[0]) < 397
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/chat/completions", "/v1/completions", "/v1/tasks/chat", "/v1/responses"]
+)
+def test_a_body_nested_thousands_deep_is_a_400_not_a_500(http: httpx.Client, path: str) -> None:
+    for depth in (900, 5000):  # deep enough to walk, and deeper than the parser goes
+        body = '{"model": "chat", "x": ' + "[" * depth + "]" * depth + "}"
+        reply = http.post(path, content=body, headers={"content-type": "application/json"})
+        assert reply.status_code == 400, (depth, reply.text)
+    assert "nests too deeply" in error_of(reply)["message"]
+
+
+CHAT_SURROGATE = '{"model": "chat", "messages": [{"role": "user", "content": "a\\ud800"}]}'
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/chat/completions", CHAT_SURROGATE, "messages.0.content"),
+        ("/v1/completions", '{"model": "autocomplete", "prompt": "\\ud800"}', "prompt"),
+        ("/v1/tasks/chat", '{"input": "x\\udfff"}', "input"),
+    ],
+)  # fmt: skip
+def test_a_lone_surrogate_is_a_400_naming_the_field(
+    http: httpx.Client, path: str, body: str, param: str
+) -> None:
+    reply = http.post(path, content=body, headers={"content-type": "application/json"})
+    assert reply.status_code == 400
+    error = error_of(reply)
+    assert error["param"] == param
+    assert "lone UTF-16 surrogate" in error["message"]
