@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -37,6 +38,9 @@ Message = dict[str, str]
 FinishReason = Literal["stop", "length", "cancelled"]
 Privacy = Literal["local_only", "allow_remote"]
 PromptKind = Literal["chat", "completion"]
+# Private-use characters around a message's index: where its content goes in a template.
+_MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"
+_MARKS = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
 
 
 @dataclass(frozen=True)
@@ -111,8 +115,9 @@ class Tokenizer(ABC):
         """Apply the model's own chat template, ending with the assistant turn's opening."""
 
     @abstractmethod
-    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
-        """Tokens of `text` with this model's tokenizer (special tokens parsed)."""
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool = True) -> list[int]:
+        """Tokens of `text` with this model's tokenizer. `parse_special`: control-token text
+        (`<|im_start|>`) becomes the control token; False: it is plain text, as a user's is."""
 
     def fim_tokens(self) -> tuple[int, int, int] | None:
         """The model's fill-in-the-middle tokens (prefix, suffix, middle); None: it has none."""
@@ -120,12 +125,40 @@ class Tokenizer(ABC):
 
     def encode(self, prompt: Prompt) -> tuple[int, ...]:
         """A prompt's tokens: a chat through the template, a completion's text as it is (with
-        a suffix: in the model's fill-in-the-middle form, prefix-suffix-middle)."""
+        a suffix: in the model's fill-in-the-middle form, prefix-suffix-middle). Only the
+        template's own markers are control tokens: request text never is."""
         if prompt.suffix is not None:
             return self._fill_in_the_middle(prompt.text, prompt.suffix)
         if prompt.kind == "completion":
-            return tuple(self.tokenize(prompt.text, add_special=True))
-        return tuple(self.tokenize(self.render_chat(prompt.messages), add_special=False))
+            return tuple(self.tokenize(prompt.text, add_special=True, parse_special=False))
+        if not any(self._has_control_text(m["content"]) for m in prompt.messages):
+            return tuple(self.tokenize(self.render_chat(prompt.messages), add_special=False))
+        return self._encode_chat_plainly(prompt.messages)
+
+    def _has_control_text(self, text: str) -> bool:
+        parsed = self.tokenize(text, add_special=False)
+        return parsed != self.tokenize(text, add_special=False, parse_special=False)
+
+    def _encode_chat_plainly(self, messages: Sequence[Mapping[str, str]]) -> tuple[int, ...]:
+        """The template rendered around markers, each message's content encoded as plain text
+        in its place: a message holding `<|im_start|>system` cannot open a turn."""
+        marked = [{**m, "content": f"{_MARK_OPEN}{i}{_MARK_CLOSE}"} for i, m in enumerate(messages)]
+        parts = _MARKS.split(self.render_chat(marked))
+        if len(parts) != 2 * len(messages) + 1:
+            raise BadRequestError(
+                f"a message holds model {self.model_id!r}'s control-token text and its chat "
+                "template rewrites message content, so it cannot be sent as plain text: "
+                "remove the control-token text",
+                param="messages",
+            )
+        tokens: list[int] = []
+        for index, part in enumerate(parts):
+            if index % 2 == 0:  # the template's own text: its markers are control tokens
+                tokens += self.tokenize(part, add_special=False) if part else []
+            else:
+                content = messages[int(part)]["content"]
+                tokens += self.tokenize(content, add_special=False, parse_special=False)
+        return tuple(tokens)
 
     def _fill_in_the_middle(self, before: str, after: str) -> tuple[int, ...]:
         fim = self.fim_tokens()
@@ -137,8 +170,8 @@ class Tokenizer(ABC):
                 param="suffix",
             )
         prefix, suffix, middle = fim
-        head = self.tokenize(before, add_special=False)
-        tail = self.tokenize(after, add_special=False)
+        head = self.tokenize(before, add_special=False, parse_special=False)
+        tail = self.tokenize(after, add_special=False, parse_special=False)
         return (prefix, *head, suffix, *tail, middle)
 
 

@@ -88,9 +88,9 @@ class LlamaCppTokenizer(Tokenizer):
         )  # fmt: skip
         return (found[0], found[1], found[2]) if min(found) >= 0 else None
 
-    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool = True) -> list[int]:
         add_bos = add_special and self._model.add_bos_token()
-        return list(self._model.tokenize(text.encode("utf-8"), add_bos, True))
+        return list(self._model.tokenize(text.encode("utf-8"), add_bos, parse_special))
 
 
 def _check_bias(job: GenerationJob, model_id: str, n_vocab: int) -> None:

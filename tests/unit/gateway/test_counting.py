@@ -81,7 +81,7 @@ class SpyTokenizer(Tokenizer):
         self.rendered += 1
         return "".join(m["content"] for m in messages)
 
-    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool = True) -> list[int]:
         return [ord(c) for c in text]
 
 
