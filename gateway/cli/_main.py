@@ -164,7 +164,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from zest.engines import detect_inventory
-    from zest.gateway.http import AccessPolicy, create_app, exposure_warning
+    from zest.gateway.http import AccessPolicy, RedactCredentials, create_app, exposure_warning
     from zest.gateway.serving import Runtime
 
     settings = _settings(
@@ -173,6 +173,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
+    logging.getLogger("uvicorn.access").addFilter(RedactCredentials())  # no key in the log
     policy = AccessPolicy.from_settings(settings)  # a bad ZEST_API_KEYS_FILE fails here, early
     log.info(policy.describe())
     if warning := exposure_warning(settings.host, settings.port, policy):

@@ -1,5 +1,6 @@
 """The HTTP server: the Litestar app, its endpoints, auth, errors and metrics."""
 
+from zest.gateway.http._access_log import RedactCredentials, redact_query
 from zest.gateway.http._app import (
     create_app,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "AuthGuard",
     "HttpSecurity",
     "Metrics",
+    "RedactCredentials",
     "RequestRecord",
     "body_too_large_message",
     "collect_body",
@@ -71,5 +73,6 @@ __all__ = [
     "provide_record",
     "read_key_file",
     "record_failure",
+    "redact_query",
     "sse_events",
 ]

@@ -41,15 +41,29 @@ SEND_KEY = "send 'Authorization: Bearer <key>'; the keys are set with ZEST_API_K
 SEND_ADMIN_KEY = "send 'Authorization: Bearer <admin key>', the key set with ZEST_ADMIN_KEY"
 
 
-def parse_keys(text: str) -> tuple[str, ...]:
-    """Keys separated by commas or newlines; blank entries and `#` comment lines are dropped."""
+def parse_keys(text: str, *, comments: bool = True) -> tuple[str, ...]:
+    """Keys separated by commas or newlines; blank entries are dropped, and so are `#` comment
+    lines where `comments` (a key file; in ZEST_API_KEYS a `#` is part of a key)."""
     keys = (
         key.strip()
         for line in text.splitlines()
-        if not line.lstrip().startswith("#")
+        if not (comments and line.lstrip().startswith("#"))
         for key in line.split(",")
     )
     return tuple(dict.fromkeys(key for key in keys if key))
+
+
+def keys_from_variable(value: str) -> tuple[str, ...]:
+    """ZEST_API_KEYS: set but holding no key is an error, never auth switched off."""
+    keys = parse_keys(value, comments=False)
+    if value.strip() and not keys:
+        raise ConfigError(
+            [
+                "ZEST_API_KEYS is set but holds no key (only commas and spaces): write the keys "
+                "separated by commas, or unset it to serve without keys"
+            ]
+        )
+    return keys
 
 
 def read_key_file(path: Path) -> tuple[str, ...]:
@@ -115,7 +129,7 @@ class AccessPolicy:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AccessPolicy:
-        keys = parse_keys(settings.api_keys.get_secret_value())
+        keys = keys_from_variable(settings.api_keys.get_secret_value())
         if settings.api_keys_file is not None:
             keys = tuple(dict.fromkeys(keys + read_key_file(settings.api_keys_file)))
         return cls(keys, settings.admin_key.get_secret_value().strip(), is_loopback(settings.host))

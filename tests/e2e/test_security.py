@@ -169,6 +169,14 @@ def test_the_log_counts_the_keys_and_never_shows_one(secured: Server) -> None:
         assert key not in log
 
 
+def test_a_key_sent_in_the_query_string_never_reaches_the_log(secured: Server) -> None:
+    wrong = httpx.get(f"{secured.v1}/models?api_key=sk-leaked-in-url&limit=2", timeout=30)
+    assert wrong.status_code == 401
+    line = secured.wait_for_log("/v1/models?api_key=[redacted]&limit=2")
+    assert "401" in line
+    assert "sk-leaked-in-url" not in secured.log()
+
+
 def test_without_keys_the_api_is_open(exposed: Server) -> None:
     reply = chat(exposed)
     assert reply.status_code == 200

@@ -8,6 +8,7 @@ import pytest
 
 from zest.errors import AuthenticationError, ConfigError, PermissionDeniedError, RequestError
 from zest.gateway import Settings
+from zest.gateway.http._access_log import redact_query
 from zest.gateway.http._auth import (
     AccessPolicy,
     credential_of,
@@ -44,6 +45,23 @@ def test_settings_read_the_keys_from_the_environment(monkeypatch: pytest.MonkeyP
     )
     assert "sk-one" not in repr(settings)
     assert "sk-admin" not in repr(settings)
+
+
+def test_a_hash_in_zest_api_keys_is_part_of_a_key_not_a_comment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ZEST_API_KEYS", "#abc,def")
+    assert AccessPolicy.from_settings(Settings()).api_keys == ("#abc", "def")
+
+
+@pytest.mark.parametrize("value", [" , ", ",", "\n , \n"])
+def test_zest_api_keys_set_but_holding_no_key_is_an_error_not_auth_off(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("ZEST_API_KEYS", value)
+    with pytest.raises(ConfigError) as refused:
+        AccessPolicy.from_settings(Settings())
+    assert refused.value.problems[0].startswith("ZEST_API_KEYS is set but holds no key")
 
 
 def test_security_settings_default_to_open_loopback_without_cors() -> None:
@@ -232,3 +250,16 @@ def test_a_403_is_a_permission_error() -> None:
 def test_the_startup_log_counts_keys_and_never_shows_them() -> None:
     assert KEYS.describe() == "auth: 2 API key(s); admin key: set"
     assert OPEN.describe() == "auth: off (no ZEST_API_KEYS); admin key: not set"
+
+
+@pytest.mark.parametrize(
+    ("target", "logged"),
+    [
+        ("/v1/models", "/v1/models"),
+        ("/v1/models?api_key=sk-1&limit=2", "/v1/models?api_key=[redacted]&limit=2"),
+        ("/x?token=a&Authorization=b&n=3", "/x?token=[redacted]&Authorization=[redacted]&n=3"),
+        ("/x?prompt_tokens=5&x-api-key=k", "/x?prompt_tokens=5&x-api-key=[redacted]"),
+    ],
+)
+def test_credential_like_query_values_are_redacted(target: str, logged: str) -> None:
+    assert redact_query(target) == logged
