@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from zest.errors import ConfigError
 from zest.router._placement import parse_device
 from zest.router._schema import ENGINE_MODELS, ENGINES, LlamaCppModel, RouteConfig, RoutesFile
+from zest.router._yaml import read_routes_file, safe_yaml
 
 __all__ = ["LoadedRoutes", "load_routes", "parse_routes"]
 
@@ -41,14 +41,7 @@ class LoadedRoutes:
 def load_routes(path: str | Path) -> LoadedRoutes:
     """Read and validate a routes file; raise ConfigError listing every problem found."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(
-            [f"{path}: file not found: pass an existing file with --routes or ZEST_ROUTES"]
-        ) from None
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read the file: {exc.strerror}"]) from exc
+    text = read_routes_file(path)
     return LoadedRoutes(config=parse_routes(text, str(path)), path=path.resolve())
 
 
@@ -66,15 +59,7 @@ def parse_routes(text: str, filename: str) -> RoutesFile:
 
 
 def _parse_yaml(text: str, filename: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(
-            [f"{filename}: invalid YAML{where}: {problem}: fix the syntax there"]
-        ) from None
+    data = safe_yaml(text, filename)
     if data is None:
         raise ConfigError([f"{filename}: the file is empty: start with 'version: 1'"])
     if not isinstance(data, dict):

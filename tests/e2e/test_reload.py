@@ -4,6 +4,7 @@ keeps serving; requests running across reloads all finish."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -145,6 +146,33 @@ def test_the_admin_route_reloads_and_refuses_an_invalid_file(
     assert accepted.status_code == 200, accepted.text
     assert accepted.json()["loaded"]["trigger"] == "admin"
     assert "echo" not in status(server)["config"]["routes"]
+
+
+def test_a_yaml_bomb_or_a_fifo_as_the_file_never_takes_the_server_down(
+    unwatched: tuple[Server, Path],
+) -> None:
+    server, routes = unwatched
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]\n"
+        for i in range(8)
+    )
+    routes.write_text(bomb)
+    refused = httpx.post(f"{server.v1}/admin/reload", timeout=60)
+    assert refused.status_code == 422
+    assert "expands to more than 100000 values" in refused.json()["error"]["message"]
+    routes.unlink()
+    os.mkfifo(routes)  # a reader would block forever on it
+    try:
+        refused = httpx.post(f"{server.v1}/admin/reload", timeout=60)
+        assert refused.status_code == 422
+        assert "not a regular file" in refused.json()["error"]["message"]
+    finally:
+        routes.unlink()
+        write(routes, ROUTES)
+    hello = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    answer = httpx.post(f"{server.v1}/chat/completions", json=hello, timeout=60)
+    assert answer.status_code == 200, answer.text  # the last good table kept serving
+    assert httpx.get(f"{server.v1}/health", timeout=10).status_code == 200
 
 
 class Traffic:
