@@ -66,6 +66,7 @@ __all__ = ["create_app"]
 
 log = logging.getLogger("zest.gateway")
 T = TypeVar("T")
+_REQUEST_ID = "zest_request_id"  # request.state key
 Kind = Literal["chat", "completion"]
 
 
@@ -81,7 +82,7 @@ async def _respond(
     **inputs: Any,
 ) -> Response[Any]:
     """Generate and answer; `echo` (a completion's echo: true) comes before the text."""
-    request_id = "req_" + secrets.token_hex(8)
+    request_id = _request_id(request)
     gens = await _start_choices(
         runtime, name, kind, body, request_id=request_id, record=record, inputs=inputs
     )
@@ -140,6 +141,14 @@ async def _start_choices(
             await gen.aclose()
         raise failure
     return gens
+
+
+def _request_id(request: Request[Any, Any, Any]) -> str:
+    """The request's id, made once: its answer, error or log lines all carry the same."""
+    request_id = request.state.get(_REQUEST_ID)
+    if not isinstance(request_id, str):
+        request_id = request.state[_REQUEST_ID] = "req_" + secrets.token_hex(8)
+    return request_id
 
 
 def _request_headers(request: Request[Any, Any, Any], request_id: str) -> dict[str, str]:
@@ -251,6 +260,11 @@ async def task_endpoint(
             request, runtime, task, kind, body, record=record, messages=body.messages
         )
     text = body.text() or ""
+    if not text.strip():  # nothing to answer: never invent text from the system prompt alone
+        raise BadRequestError(
+            f"the {'prompt' if body.prompt is not None else 'input'} is empty: send some text",
+            param="prompt" if body.prompt is not None else "input",
+        )
     if kind == "chat":
         messages = [ChatMessage(role="user", content=text)]
         return await _respond(request, runtime, task, kind, body, record=record, messages=messages)
@@ -264,7 +278,7 @@ async def responses(
     """OpenAI's Responses API on chat tasks: text in and out, instructions, streaming events,
     tools and text.format as on /v1/chat/completions."""
     body = await parse_body(request, ResponsesRequest)
-    request_id = "req_" + secrets.token_hex(8)
+    request_id = _request_id(request)
     sampling = body.sampling()
     gen = await start_generation(
         runtime,
@@ -309,7 +323,7 @@ def _embedding_response(
     record: RequestRecord,
 ) -> Response[Any]:
     record.finish("ok")  # served: counted as a request that ended well
-    request_id = "req_" + secrets.token_hex(8)
+    request_id = _request_id(request)
     headers = {**embedding_headers(done), **_request_headers(request, request_id)}
     return Response(embedding_body(done, requested_model, encoding), headers=headers)
 
@@ -421,7 +435,7 @@ async def health(runtime: Runtime) -> dict[str, Any]:
 
 def _request_error(request: Request[Any, Any, Any], exc: RequestError) -> Response[Any]:
     record_failure(request, exc)
-    headers = dict(exc.headers)
+    headers = {"x-request-id": _request_id(request), **exc.headers}
     if exc.tried:  # the answer lists every attempt the request tried
         headers["x-zest-fallbacks"] = header_value(" | ".join(exc.tried))
     return Response(exc.to_body(), status_code=exc.status_code, headers=headers)
@@ -438,14 +452,15 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     elif status == 413:
         message = body_too_large_message(request.route_handler.resolve_request_max_body_size())
     body = error_body(message, type="invalid_request_error")
-    return Response(body, status_code=status, headers=exc.headers)
+    headers = {"x-request-id": _request_id(request), **(exc.headers or {})}
+    return Response(body, status_code=status, headers=headers)
 
 
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unhandled error", exc_info=exc)
     record_failure(request, exc)
     body = error_body("internal error: see the server log", type="server_error")
-    return Response(body, status_code=500)
+    return Response(body, status_code=500, headers={"x-request-id": _request_id(request)})
 
 
 def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:

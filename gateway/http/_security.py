@@ -31,7 +31,9 @@ def cors_config(origins: str) -> CORSConfig | None:
         return None
     return CORSConfig(
         allow_origins=allowed,
-        allow_headers=["authorization", "content-type", "x-api-key"],
+        # Any request header: the origins are the guard, and clients send their own (the
+        # OpenAI JavaScript SDK's x-stainless-*, openai-organization, ...).
+        allow_headers=["*"],
         expose_headers=EXPOSED_HEADERS,
     )
 

@@ -296,3 +296,22 @@ def test_a_lone_surrogate_is_a_400_naming_the_field(
     error = error_of(reply)
     assert error["param"] == param
     assert "lone UTF-16 surrogate" in error["message"]
+
+
+def test_error_answers_carry_a_request_id(http: httpx.Client) -> None:
+    for reply in (
+        http.post("/v1/chat/completions", json={"model": "chat"}),  # 400
+        http.post("/v1/chat/completions", json={"model": "nope", "messages": HI}),  # 404 task
+        http.get("/v1/no-such-endpoint"),  # 404 route
+    ):
+        assert reply.status_code >= 400
+        assert reply.headers["x-request-id"].startswith("req_")
+
+
+@pytest.mark.parametrize("body", [{"input": ""}, {"input": "   "}, {"prompt": ""}])
+def test_an_empty_task_input_is_a_400_not_invented_text(
+    http: httpx.Client, body: dict[str, str]
+) -> None:
+    reply = http.post("/v1/tasks/summarization", json=body)
+    assert reply.status_code == 400
+    assert "is empty: send some text" in error_of(reply)["message"]

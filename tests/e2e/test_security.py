@@ -169,6 +169,25 @@ def test_the_log_counts_the_keys_and_never_shows_one(secured: Server) -> None:
         assert key not in log
 
 
+def test_the_openai_javascript_sdks_preflight_passes(secured: Server) -> None:
+    sent = (
+        "authorization, content-type, x-stainless-arch, x-stainless-lang, x-stainless-os, "
+        "x-stainless-package-version, x-stainless-retry-count, x-stainless-runtime, "
+        "x-stainless-runtime-version, x-stainless-timeout"
+    )
+    preflight = httpx.options(
+        f"{secured.v1}/chat/completions",
+        headers={
+            "origin": ORIGIN,
+            "access-control-request-method": "POST",
+            "access-control-request-headers": sent,
+        },
+        timeout=10,
+    )
+    assert preflight.status_code == 204, preflight.text
+    assert preflight.headers["access-control-allow-origin"] == ORIGIN
+
+
 def test_a_key_sent_in_the_query_string_never_reaches_the_log(secured: Server) -> None:
     wrong = httpx.get(f"{secured.v1}/models?api_key=sk-leaked-in-url&limit=2", timeout=30)
     assert wrong.status_code == 401
