@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from zest.errors import ConfigError, ZestError
+from zest.errors import CommandError, ConfigError, ZestError
 from zest.gateway.cli._eval import add_eval_command
 from zest.gateway.cli._init import ROUTES_HELP, add_init_command, routes_file
 from zest.gateway.cli._models import add_models_command
@@ -122,6 +124,25 @@ def _explain(args: argparse.Namespace) -> int:
     return 1 if "error" in explained else 0
 
 
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so a busy port is a clear error, not uvicorn's exit 3."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, port))
+    except OSError as exc:
+        listening.close()
+        reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise CommandError(
+            f"cannot listen on {host}:{port}: {reason}: stop what uses the port, or pick "
+            "another with --port (or ZEST_PORT)"
+        ) from None
+    listening.listen(2048)
+    listening.set_inheritable(True)
+    return listening
+
+
 def _settings(**overrides: object) -> Settings:
     given = {key: value for key, value in overrides.items() if value is not None}
     try:
@@ -208,13 +229,14 @@ def _serve(args: argparse.Namespace) -> int:
         server.should_exit = True
 
     runtime.on_fatal = stop
+    listening = _bind(settings.host, settings.port)  # before saying "serving on"
     log.info(
         "serving on http://%s:%d/v1 (OpenAI-compatible) and /api/v1; models load in the "
         "background (GET /api/v1/ready)",
         settings.host,
         settings.port,
     )
-    server.run()
+    server.run(sockets=[listening])
     if fatal:
         print(f"zest: {fatal[0]}", file=sys.stderr)
         return 1

@@ -4,6 +4,7 @@ without a routes file both read the packaged default, which `zest init` writes o
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -190,3 +191,18 @@ def test_init_writes_a_routes_file_that_check_then_reads(tmp_path: Path) -> None
     again = run_zest("init", cwd=tmp_path, env=env)
     assert again.returncode == 1
     assert again.stderr == "zest: routes.yaml already exists: pass --force to overwrite it\n"
+
+
+def test_a_busy_port_is_a_clear_error_before_serving_on() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        result = run_zest("serve", "--port", str(port), timeout=60)
+    finally:
+        taken.close()
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}: address already in use" in result.stderr
+    assert "pick another with --port" in result.stderr
+    assert "serving on" not in result.stdout + result.stderr
