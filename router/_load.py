@@ -116,6 +116,12 @@ def _placement_problems(
     kind_problem = _kind_problem(config, route, at=at, model=model)
     if kind_problem:
         return [kind_problem]
+    context = config.models[model].context_length
+    if route.kind != "embedding" and context is not None and route.max_tokens >= context:
+        return [
+            f"{where}.max_tokens: {route.max_tokens} leaves no room for a prompt in the "
+            f"context_length ({context}) of model {model!r}: lower max_tokens below {context}"
+        ]
     if not config.models[model].local:
         problems = []
         if device not in (None, "auto"):
@@ -172,6 +178,13 @@ def _policy_problems(where: str, route: RouteConfig) -> list[str]:
             f"{where}.context.on_overflow: fallback, but the route has no fallback entries: "
             "add fallback or use trim or reject"
         )
+    if route.kind != "chat" and route.system_prompt is not None:
+        problems.append(
+            f"{where}.system_prompt: a {route.kind} route has no messages to put it before, so "
+            "it would be ignored: remove it, or make the route kind: chat"
+        )
+    if route.kind != "chat" and route.tools == "deny":
+        problems.append(f"{where}.tools: only chat routes take tools: remove the key")
     if route.kind == "completion" and route.context.trim == "turns":
         problems.append(
             f"{where}.context.trim: turns needs a chat route (messages): use middle for "

@@ -79,3 +79,24 @@ def test_a_huge_file_is_refused_without_reading_it_all(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:
         load_routes(huge)
     assert refused.value.problems == [f"{huge}: larger than 1024 KiB: a routes file is a few KiB"]
+
+
+def test_a_system_prompt_on_a_completion_route_is_refused_not_ignored() -> None:
+    text = VALID.replace(
+        "  chat: {kind: chat, model: smollm2}",
+        "  complete: {kind: completion, model: smollm2, system_prompt: Be brief.}",
+    )
+    assert problems_of(text) == [
+        "routes.yaml: routes.complete.system_prompt: a completion route has no messages to put "
+        "it before, so it would be ignored: remove it, or make the route kind: chat"
+    ]
+
+
+def test_max_tokens_that_leave_no_room_for_a_prompt_are_refused() -> None:
+    text = VALID.replace("source: m.gguf}", "source: m.gguf, context_length: 512}").replace(
+        "model: smollm2}", "model: smollm2, max_tokens: 512}"
+    )
+    assert problems_of(text) == [
+        "routes.yaml: routes.chat.max_tokens: 512 leaves no room for a prompt in the "
+        "context_length (512) of model 'smollm2': lower max_tokens below 512"
+    ]
