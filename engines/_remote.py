@@ -166,7 +166,8 @@ class RemoteEngine(Engine):
         try:
             response = await self._open(job)
             try:
-                async for delta in _Reader(job, started, self.config.base_url).read(response):
+                reader = _Reader(job, started, self.config.base_url, self.config.timeouts.read_s)
+                async for delta in reader.read(response):
                     yield delta
             finally:
                 await response.aclose()
@@ -204,6 +205,7 @@ class RemoteEngine(Engine):
             body = await response.aread()
             await response.aclose()
             error = translate_status(response.status_code, body, self.model_id, self.config)
+            _pass_on_retry_after(error, response)
             delay = retry_delay(response, attempt, self.config)
             if delay is None or attempt == retries:
                 raise _spent(error, attempt)
@@ -319,6 +321,14 @@ def retry_delay(response: httpx.Response, attempt: int, config: RemoteModel) -> 
     return after if after <= config.max_retry_wait_s else None
 
 
+def _pass_on_retry_after(error: RequestError, response: httpx.Response) -> None:
+    """An overloaded upstream's own Retry-After goes on to zest's client, rounded up."""
+    after = _retry_after(response.headers.get("retry-after"))
+    if isinstance(error, OverloadedError) and after is not None:
+        error.retry_after = max(1, math.ceil(after))
+        error.headers["retry-after"] = str(error.retry_after)
+
+
 def _retry_after(value: str | None) -> float | None:
     """Retry-After in seconds: a number of seconds or an HTTP date."""
     if not value:
@@ -340,8 +350,8 @@ class _Reader:
     """Turns the upstream's SSE stream into Deltas: the first carries the time to first token,
     the last the finish reason, the counts and the figures."""
 
-    def __init__(self, job: GenerationJob, started: float, url: str) -> None:
-        self.job, self.started, self.url = job, started, url
+    def __init__(self, job: GenerationJob, started: float, url: str, read_s: float) -> None:
+        self.job, self.started, self.url, self.read_s = job, started, url, read_s
         self.first_ms: float | None = None
         self.first_at = 0.0
         self.chunks = 0
@@ -358,6 +368,13 @@ class _Reader:
                     break
                 if data and (text := self._take(json.loads(data))):
                     yield self._delta(text)
+        except httpx.ReadTimeout:  # headers came, then nothing: a timeout, not a failure
+            token = "first token" if self.first_ms is None else "next token"
+            raise GatewayTimeoutError(
+                f"upstream {self.url} sent its headers, then no {token} within {self.read_s:g}s "
+                "(timeouts.read_s of the model)",
+                code="first_token_timeout" if self.first_ms is None else "total_timeout",
+            ) from None
         except SSEError as exc:  # not an event stream (a proxy's page, a JSON body)
             raise EngineError(f"upstream {self.url} did not answer with events: {exc}") from exc
         except httpx.TransportError as exc:

@@ -26,6 +26,8 @@ from zest.router import load_routes
 __all__ = ["ReloadOutcome", "Reloader"]
 
 log = logging.getLogger("zest.gateway")
+# watchfiles logs each change it sees at INFO; zest logs the reloads that matter instead.
+logging.getLogger("watchfiles").setLevel(logging.WARNING)
 Trigger = Literal["start", "file", "sighup", "admin"]
 
 
@@ -116,7 +118,12 @@ class Reloader:
         path = self.path
         try:
             async for changes in watchfiles.awatch(
-                path.parent, debounce=200, step=50, recursive=False
+                path.parent,
+                debounce=200,
+                step=50,
+                recursive=False,
+                # Only the routes file counts: a log file beside it changes all the time.
+                watch_filter=lambda _, changed: Path(changed).resolve() == path,
             ):
                 if any(Path(changed).resolve() == path for _, changed in changes):
                     await self.reload("file")

@@ -76,6 +76,23 @@ def echo(server: Server) -> httpx.Response:
     return httpx.post(f"{server.v1}/completions", json=body, timeout=120)
 
 
+def test_files_beside_the_routes_file_are_not_watched(watched: tuple[Server, Path]) -> None:
+    """A log file next to routes.yaml changes all the time: the watcher ignores it (and says
+    nothing), and the routes file's own edit still reloads."""
+    server, routes = watched
+    before, lines = status(server)["reloads"], len(server.log().splitlines())
+    neighbour = routes.with_name("app.log")
+    for n in range(20):
+        neighbour.write_text(f"line {n}\n")
+    write(routes, ROUTES + EXTRA_ROUTE)  # the edit that counts, after the noise
+    wait_for(lambda: status(server)["reloads"] > before, "the watcher's reload")
+    assert status(server)["reloads"] == before + 1
+    new_lines = server.log().splitlines()[lines:]
+    assert not [line for line in new_lines if "watchfiles" in line], new_lines
+    write(routes, ROUTES)
+    wait_for(lambda: "echo" not in status(server)["config"]["routes"], "the file restored")
+
+
 def test_an_edit_of_the_file_is_put_in_force(watched: tuple[Server, Path]) -> None:
     server, routes = watched
     before = status(server)["reloads"]

@@ -14,6 +14,7 @@ from tests.upstream import Proxy
 from zest.engines import Delta, GenerationJob, Prompt, RemoteEngine
 from zest.errors import (
     EngineError,
+    GatewayTimeoutError,
     OverloadedError,
     PrivacyError,
     RequestError,
@@ -185,6 +186,25 @@ def test_a_retry_after_beyond_the_limit_is_not_waited_for(proxy: Proxy) -> None:
     remote.load()
     assert isinstance(failure(remote, job()), OverloadedError)
     assert proxy.statuses == [429]
+
+
+def test_the_upstreams_retry_after_is_passed_on(proxy: Proxy) -> None:
+    proxy.behaviour.answer_429, proxy.behaviour.retry_after = 1, "3600"
+    remote = engine(proxy.v1)
+    remote.load()
+    error = failure(remote, job())
+    assert isinstance(error, OverloadedError)
+    assert (error.retry_after, error.headers["retry-after"]) == (3600, "3600")
+
+
+def test_headers_then_silence_is_a_first_token_timeout(proxy: Proxy) -> None:
+    proxy.behaviour.event_delay_s, proxy.behaviour.delay_after_events = 5.0, 0
+    remote = engine(proxy.v1, timeouts={"connect_s": 5, "read_s": 0.5})
+    remote.load()
+    error = failure(remote, job())
+    assert isinstance(error, GatewayTimeoutError)
+    assert error.code == "first_token_timeout"
+    assert "sent its headers, then no first token within 0.5s" in error.message
 
 
 def test_an_unreachable_upstream_is_unavailable() -> None:
