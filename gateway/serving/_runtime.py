@@ -189,9 +189,9 @@ class Runtime:
             key = (first.model, first.placement.key)
             fatal = alone or wanted != "routes" or (key in targets and targets[key].fatal)
             targets[key] = PreloadTarget(first.model, first.placement, fatal, f"route {task}")
+        # Models callable by id (expose_models) load on first use unless listed: counting their
+        # prompts needs no engine, and warming them all would override lifecycle.preload.
         listed = () if wanted == "routes" else wanted
-        if config.expose_models:  # models callable by id: warm for their first request
-            listed = tuple(m for m, c in config.models.items() if c.local)
         placed = {model for model, _ in targets}
         return list(targets.values()) + [
             PreloadTarget(model_id, None, True, f"preload {model_id}")

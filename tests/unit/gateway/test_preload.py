@@ -45,3 +45,20 @@ def test_each_preload_reports_its_own_table_s_failures() -> None:
         asyncio.run(reloaded.preload(reloaded.routes, at_start=False))
     assert reloaded.preload_errors == [NO_DEVICE]
     assert fatal == []
+
+
+def test_exposed_models_are_not_preloaded_unless_listed() -> None:
+    text = """\
+version: 1
+expose_models: true
+lifecycle: {preload: routes}
+models:
+  used: {engine: llamacpp, source: u.gguf}
+  spare: {engine: llamacpp, source: s.gguf}
+routes:
+  chat: {kind: chat, model: used, device: cpu}
+"""
+    routes = LoadedRoutes(parse_routes(text, "routes.yaml"), Path("/srv/routes.yaml"))
+    cpu = Inventory({"cpu": Device("cpu", frozenset({"llamacpp"}), "test")}, ())
+    targets = Runtime(routes, cpu).preload_targets(routes)
+    assert [(t.model_id, t.why) for t in targets] == [("used", "route chat")]
