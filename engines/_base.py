@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
@@ -29,6 +29,7 @@ __all__ = [
     "TokenLogprob",
     "Tokenizer",
     "TokenizerFactory",
+    "control_pattern",
     "engine_kind",
     "engine_kinds",
     "register_engine",
@@ -102,6 +103,12 @@ class Prompt:
         return replace(self, tokens=self.encode(tokenizer), _encodings=self._encodings)
 
 
+def control_pattern(texts: Iterable[str]) -> re.Pattern[str] | None:
+    """One search for any of a model's control-token texts, longest first (None: it has none)."""
+    ordered = sorted({text for text in texts if text}, key=len, reverse=True)
+    return re.compile("|".join(re.escape(text) for text in ordered)) if ordered else None
+
+
 class Tokenizer(ABC):
     """A local model's vocabulary and chat template: an optional capability of an engine kind,
     loaded without the model's weights where the runtime allows (never a reason to load one)."""
@@ -109,6 +116,9 @@ class Tokenizer(ABC):
     # Names what these tokens are valid for: the model and its resolved source.
     key: str
     model_id: str = ""
+    # The texts of the model's control tokens (`<|im_start|>`, ...), read from its vocabulary
+    # once; None: not known, so text is checked by tokenizing it both ways.
+    control: re.Pattern[str] | None = None
 
     @abstractmethod
     def render_chat(self, messages: Sequence[Mapping[str, str]]) -> str:
@@ -136,6 +146,8 @@ class Tokenizer(ABC):
         return self._encode_chat_plainly(prompt.messages)
 
     def _has_control_text(self, text: str) -> bool:
+        if self.control is not None:  # the hot path: one search, no tokenizing
+            return self.control.search(text) is not None
         parsed = self.tokenize(text, add_special=False)
         return parsed != self.tokenize(text, add_special=False, parse_special=False)
 

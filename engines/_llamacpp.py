@@ -12,11 +12,19 @@ import asyncio
 import functools
 import os
 import random
+import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob, Tokenizer
+from zest.engines._base import (
+    Delta,
+    Engine,
+    EngineInfo,
+    GenerationJob,
+    Tokenizer,
+    control_pattern,
+)
 from zest.engines._llama_batch import BatchScheduler
 from zest.engines._llama_grammar import check_grammar, grammar_of, new_grammar_sampler
 from zest.engines._llama_native import ContextSettings, NativeContext, make_sampler, token_piece
@@ -62,6 +70,7 @@ class LlamaCppTokenizer(Tokenizer):
         self.model_id, self.key, self._model = model_id, f"{model_id} ({path})", model
         self._lib = lib
         self._formatter = _chat_formatter(lib, model)
+        self.control = _control_texts(lib, model)
 
     @classmethod
     def load(cls, model_id: str, config: LlamaCppModel, base_dir: Path) -> LlamaCppTokenizer:
@@ -101,6 +110,19 @@ def _check_bias(job: GenerationJob, model_id: str, n_vocab: int) -> None:
             f"(0..{n_vocab - 1})",
             param="logit_bias",
         )
+
+
+def _control_texts(lib: Any, model: Any) -> re.Pattern[str] | None:
+    """The texts llama.cpp parses as special tokens: those it caches as special (control,
+    user-defined and unknown tokens), read once from the vocabulary (milliseconds)."""
+    special = lib.LLAMA_TOKEN_ATTR_CONTROL | lib.LLAMA_TOKEN_ATTR_USER_DEFINED
+    special |= lib.LLAMA_TOKEN_ATTR_UNKNOWN
+    vocab = model.vocab
+    return control_pattern(
+        token_piece(lib, vocab, token, True).decode("utf-8", "replace")
+        for token in range(model.n_vocab())
+        if lib.llama_vocab_get_attr(vocab, token) & special
+    )
 
 
 def _load_model(internals: Any, model_id: str, path: Path, params: Any) -> Any:

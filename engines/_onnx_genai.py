@@ -22,6 +22,7 @@ from zest.engines._base import (
     FinishReason,
     GenerationJob,
     Tokenizer,
+    control_pattern,
 )
 from zest.engines._providers import (
     CPU,
@@ -67,7 +68,7 @@ class OnnxGenaiTokenizer(Tokenizer):
         self._tokenizer = _og_tokenizer(source, model_id, folder)
         self._plain = _og_tokenizer(source, model_id, folder)  # adds no special tokens
         self._plain.update_options(add_special_tokens="false")
-        self._control = _control_texts(folder)
+        self.control = _control_texts(folder)
 
     @classmethod
     def load(cls, model_id: str, config: OnnxGenaiModel, base_dir: Path) -> OnnxGenaiTokenizer:
@@ -100,11 +101,11 @@ class OnnxGenaiTokenizer(Tokenizer):
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool = True) -> list[int]:
         tokenizer = self._tokenizer if add_special else self._plain
-        if parse_special or self._control is None or not self._control.search(text):
+        if parse_special or self.control is None or not self.control.search(text):
             return [int(token) for token in tokenizer.encode(text)]
         # onnxruntime-genai always reads control-token text as the token: cut each occurrence
         # after its first character and encode the pieces apart, so none is whole.
-        cuts = [m.start() + 1 for m in self._control.finditer(text)]
+        cuts = [m.start() + 1 for m in self.control.finditer(text)]
         pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
         tokens = [int(t) for t in tokenizer.encode(pieces[0])]
         for piece in pieces[1:]:
@@ -113,13 +114,12 @@ class OnnxGenaiTokenizer(Tokenizer):
 
 
 def _control_texts(folder: Path) -> re.Pattern[str] | None:
-    """The texts of the folder's special tokens (tokenizer.json's added tokens), longest first."""
+    """The texts of the folder's special tokens (tokenizer.json's added tokens)."""
     try:
         added = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["added_tokens"]
     except (OSError, ValueError, KeyError):
         return None
-    texts = sorted({t["content"] for t in added if t.get("special")}, key=len, reverse=True)
-    return re.compile("|".join(re.escape(t) for t in texts)) if texts else None
+    return control_pattern(t["content"] for t in added if t.get("special"))
 
 
 def _og_tokenizer(source: Any, model_id: str, folder: Path) -> Any:
