@@ -5,7 +5,6 @@ which batches the inputs of a request and pools them as the model's metadata say
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from zest.engines._base import (
     GenerationJob,
     Privacy,
 )
-from zest.engines._llamacpp import _import_llama_cpp
+from zest.engines._llamacpp import _import_llama_cpp, threads_on
 from zest.engines._sources import resolve_source
 from zest.errors import (
     BadRequestError,
@@ -55,7 +54,7 @@ class LlamaCppEmbedder(Engine):
                 n_ctx=context,
                 n_batch=context,
                 n_ubatch=context,
-                n_threads=self._threads(),
+                n_threads=threads_on(self.placement.decode, self.config),
                 n_gpu_layers=0,
                 verbose=False,
             )
@@ -118,12 +117,6 @@ class LlamaCppEmbedder(Engine):
         probe.close()
         arch = metadata.get("general.architecture", "")
         return int(metadata.get(f"{arch}.context_length", 512))
-
-    def _threads(self) -> int:
-        device = self.placement.decode
-        if device.emulated and device.threads:
-            return device.threads
-        return self.config.options.n_threads or os.cpu_count() or 1
 
     def _loaded(self) -> Any:
         if self._llama is None:

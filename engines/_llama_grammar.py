@@ -21,8 +21,8 @@ _JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
 def check_grammar(job: GenerationJob, lib: Any, vocab: Any) -> None:
     """Refuse, before the job is admitted, a response_format llama.cpp cannot constrain to."""
     grammar = grammar_of(job)
-    if grammar is not None:
-        _check_parses(grammar, lib, vocab)
+    if grammar is not None:  # parsed once here, on the caller's thread: a 400 holds nothing
+        lib.llama_sampler_free(new_grammar_sampler(lib, vocab, grammar))
 
 
 def grammar_of(job: GenerationJob) -> str | None:
@@ -53,8 +53,9 @@ def _gbnf(schema: str) -> str:
     return grammar.replace(_LOOSE_CHAR, _JSON_CHAR)
 
 
-def _check_parses(grammar: str, lib: Any, vocab: Any) -> None:
-    """llama.cpp parses the grammar (it answers NULL, never an exception, when it cannot)."""
+def new_grammar_sampler(lib: Any, vocab: Any, grammar: str) -> Any:
+    """A grammar sampler to lead a sequence's chain. llama.cpp answers NULL, never an
+    exception, for a grammar it cannot parse."""
     sampler = lib.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), _ROOT)
     if not sampler:
         raise BadRequestError(
@@ -62,12 +63,4 @@ def _check_parses(grammar: str, lib: Any, vocab: Any) -> None:
             "simplify the schema",
             param="response_format",
         )
-    lib.llama_sampler_free(sampler)
-
-
-def new_grammar_sampler(lib: Any, vocab: Any, grammar: str) -> Any:
-    """A grammar sampler to lead a sequence's chain (check_grammar passed it beforehand)."""
-    sampler = lib.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), _ROOT)
-    if not sampler:
-        raise BadRequestError("response_format: llama.cpp could not parse the grammar")
     return sampler

@@ -125,6 +125,13 @@ def _control_texts(lib: Any, model: Any) -> re.Pattern[str] | None:
     )
 
 
+def threads_on(device: Device, config: LlamaCppModel) -> int:
+    """llama.cpp threads on `device`: an emulated device's own, else the model's n_threads."""
+    if device.emulated and device.threads:
+        return device.threads
+    return config.options.n_threads or os.cpu_count() or 1
+
+
 def _load_model(internals: Any, model_id: str, path: Path, params: Any) -> Any:
     try:
         return internals.LlamaModel(path_model=str(path), params=params, verbose=False)
@@ -240,9 +247,7 @@ class LlamaCppEngine(Engine):
         return any(d.name == "gpu" and not d.emulated for d in self.placement.devices)
 
     def _threads(self, device: Device) -> int:
-        if device.emulated and device.threads:
-            return device.threads
-        return self.config.options.n_threads or os.cpu_count() or 1
+        return threads_on(device, self.config)
 
     def _backend(self) -> str:
         def part(device: Device) -> str:

@@ -89,7 +89,7 @@ async def _respond(
     gen = gens[0]  # what served the first choice is what the headers show
     if body.stream:
         headers = {**route_headers(gen), **_request_headers(request, request_id)}
-        return _stream_response(gens, kind, name, body.include_usage(), headers, echo=echo)
+        return _event_stream(sse_events(gens, kind, name, body.include_usage(), echo), headers)
     try:
         payload = await _unless_disconnected(request, collect_body(gens, kind, name, echo))
     except RequestError as exc:  # after the first token (a total timeout): say what served it
@@ -180,16 +180,8 @@ async def _disconnect(request: Request[Any, Any, Any]) -> None:
         pass
 
 
-def _stream_response(
-    gens: list[Generation],
-    kind: Kind,
-    name: str,
-    include_usage: bool,
-    headers: dict[str, str],
-    *,
-    echo: str = "",
-) -> Stream:
-    events = sse_events(gens, kind, name, include_usage, echo)
+def _event_stream(events: AsyncIterator[bytes], headers: dict[str, str]) -> Stream:
+    """A streamed answer: server-sent events, never cached or buffered by a proxy."""
     return Stream(
         events,
         media_type="text/event-stream",
@@ -293,16 +285,12 @@ async def responses(
     shape = ResponseShape(gen, body)
     headers = {**route_headers(gen), **_request_headers(request, request_id)}
     if body.stream:
-        return Stream(
-            shape.events(),
-            media_type="text/event-stream",
-            headers={**headers, "cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
+        return _event_stream(shape.events(), headers)
     try:
         payload = await _unless_disconnected(request, shape.body())
     finally:
         await gen.aclose()
-    return Response(payload, headers={**route_headers(gen), **headers})
+    return Response(payload, headers=headers)
 
 
 @post("/embeddings", status_code=200)

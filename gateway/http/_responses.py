@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
-from zest.engines import StageStats, TokenLogprob
+from zest.engines import EngineInfo, StageStats, TokenLogprob
 from zest.errors import EngineError, RequestError
 from zest.gateway.serving import Embedded, Generation, ToolAnswer
 from zest.policies import Trimmed
@@ -36,13 +36,7 @@ _ID_PREFIX = {"chat": "chatcmpl-", "completion": "cmpl-"}
 
 def route_headers(gen: Generation) -> dict[str, str]:
     """The x-zest-* headers: what served the request, its plan, fallbacks, trimming, stages."""
-    headers = {
-        "x-zest-route": f"task={gen.plan.task}; model={gen.info.model}; "
-        f"device={gen.info.device}; engine={gen.info.engine}",
-        "x-zest-plan": gen.attempt.reason,
-    }
-    if gen.fallbacks:
-        headers["x-zest-fallbacks"] = header_value(" | ".join(gen.fallbacks))
+    headers = served_headers(gen.plan.task, gen.info, gen.attempt.reason, gen.fallbacks)
     if gen.trimmed is not None:
         headers["x-zest-trimmed"] = trimmed_header(gen.trimmed)
     stats = gen.final_stats or gen.first.stats
@@ -333,13 +327,20 @@ async def sse_events(
 
 def embedding_headers(done: Embedded) -> dict[str, str]:
     """What served an embedding request (the same headers as a generation's)."""
+    return served_headers(done.plan.task, done.info, done.attempt.reason, done.fallbacks)
+
+
+def served_headers(
+    task: str, info: EngineInfo, reason: str, fallbacks: Sequence[str]
+) -> dict[str, str]:
+    """x-zest-route, x-zest-plan and (when any) x-zest-fallbacks of any request."""
     headers = {
-        "x-zest-route": f"task={done.plan.task}; model={done.info.model}; "
-        f"device={done.info.device}; engine={done.info.engine}",
-        "x-zest-plan": done.attempt.reason,
+        "x-zest-route": f"task={task}; model={info.model}; device={info.device}; "
+        f"engine={info.engine}",
+        "x-zest-plan": reason,
     }
-    if done.fallbacks:
-        headers["x-zest-fallbacks"] = header_value(" | ".join(done.fallbacks))
+    if fallbacks:
+        headers["x-zest-fallbacks"] = header_value(" | ".join(fallbacks))
     return headers
 
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from zest.engines import Embeddings, EngineInfo
 from zest.errors import BadRequestError, RequestError
+from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._runtime import Runtime
-from zest.policies import classify_failure, may_advance
 from zest.router import Attempt, Plan, find_route
 
 __all__ = ["MAX_INPUTS", "Embedded", "embed_inputs"]
@@ -53,13 +53,8 @@ async def embed_inputs(
                 result = await lease.engine.embed(texts, privacy=route.privacy)
                 return Embedded(plan, attempt, lease.info, result, fallbacks)
         except RequestError as error:
-            kind = classify_failure(error, loading=False)
-            line = f"{attempt.model} on {attempt.device}: {kind or 'error'}: {error.message}"
-            if index + 1 == len(plan.attempts) or not may_advance(kind, route):
-                if fallbacks:
-                    error.tried = [*fallbacks, line]
-                raise
-            log.warning("task=%s: %s, trying the next attempt", name, line)
-            fallbacks.append(line)
-            events.fell_back(kind or "error")
+            last = index + 1 == len(plan.attempts)
+            kind = give_up_or_record(error, attempt, route, fallbacks, last=last)
+            log.warning("task=%s: %s, trying the next attempt", name, fallbacks[-1])
+            events.fell_back(kind)
     raise AssertionError("a plan always has at least one attempt")

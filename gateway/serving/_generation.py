@@ -26,6 +26,7 @@ from zest.engines import (
     Tokenizer,
 )
 from zest.errors import BadRequestError, RequestError
+from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._requests import ChatMessage, SamplingFields
 from zest.gateway.serving._runtime import Runtime
@@ -36,9 +37,7 @@ from zest.policies import (
     Budget,
     Fitted,
     Trimmed,
-    classify_failure,
     fit_prompt,
-    may_advance,
     plan_budget,
     prompt_limit,
 )
@@ -200,12 +199,10 @@ class _Walk:
 
     def _give_up_or_log(self, attempt: Attempt, error: RequestError, *, last: bool) -> None:
         """Re-raise `error` unless it moves the request on; record why the attempt failed."""
-        kind = classify_failure(error, loading=self.loading)
-        line = f"{attempt.model} on {attempt.device}: {kind or 'error'}: {error.message}"
-        if last or not may_advance(kind, self.plan.route):
-            if self.fallbacks:  # the error answer lists every attempt tried, this one too
-                error.tried = [*self.fallbacks, line]
-            raise error
+        route = self.plan.route
+        kind = give_up_or_record(
+            error, attempt, route, self.fallbacks, last=last, loading=self.loading
+        )
         log.warning(
             "%s task=%s: %s on %s failed before the first token (%s), trying the next attempt",
             self.request_id,
@@ -214,8 +211,7 @@ class _Walk:
             attempt.device,
             kind,
         )
-        self.fallbacks.append(line)
-        self.events.fell_back(kind or "error")
+        self.events.fell_back(kind)
 
     async def _try(self, attempt: Attempt) -> Generation:
         self.deadline.check()

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from zest.engines import Delta, Engine, GenerationJob, Tokenizer, create_engine
-from zest.router import Placement, load_routes
+from zest.engines.convert import MODEL_NAME
+from zest.router import OnnxGenaiModel, Placement, load_routes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,3 +81,25 @@ def assert_cancelled_within_one_token(seen: list[Delta], max_tokens: int) -> Non
     # than one token past what it had already sent.
     sent = sum(1 for delta in seen if delta.text)
     assert seen[-1].completion_tokens <= sent + 1 < max_tokens
+
+
+def load_llamacpp() -> Engine:
+    """The default routes' smollm2 on the CPU, as routes.yaml defines it."""
+    routes = load_routes(REPO / "routes.yaml")
+    return create_engine("smollm2", routes.config.models["smollm2"], routes.base_dir, "cpu")
+
+
+def load_onnx_genai() -> Engine:
+    config = OnnxGenaiModel(
+        engine="onnx-genai", source=f"cache:{MODEL_NAME}", options={"n_threads": 2}
+    )
+    return create_engine("smollm2-onnx", config, REPO, "cpu")
+
+
+@pytest.fixture(scope="module", params=[load_llamacpp, load_onnx_genai], ids=["llamacpp", "onnx"])
+def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """Each local engine in turn, loaded once per test module (a module may define its own)."""
+    loaded: Engine = request.param()
+    loaded.load()
+    yield loaded
+    asyncio.run(loaded.close())

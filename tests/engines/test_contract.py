@@ -7,7 +7,6 @@ llama.cpp serves the bundled GGUF; onnx-genai serves the same model converted to
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,30 +19,8 @@ from tests.engines.conftest import (
     text_of,
     tokenizer_of,
 )
-from zest.engines import Delta, Engine, GenerationJob, Prompt, create_engine, load_tokenizer
-from zest.engines.convert import MODEL_NAME
+from zest.engines import Delta, Engine, GenerationJob, Prompt, load_tokenizer
 from zest.errors import EngineError
-from zest.router import OnnxGenaiModel, load_routes
-
-
-def load_llamacpp() -> Engine:
-    routes = load_routes(REPO / "routes.yaml")
-    return create_engine("smollm2", routes.config.models["smollm2"], routes.base_dir, "cpu")
-
-
-def load_onnx_genai() -> Engine:
-    config = OnnxGenaiModel(
-        engine="onnx-genai", source=f"cache:{MODEL_NAME}", options={"n_threads": 2}
-    )
-    return create_engine("smollm2-onnx", config, REPO, "cpu")
-
-
-@pytest.fixture(scope="module", params=[load_llamacpp, load_onnx_genai], ids=["llamacpp", "onnx"])
-def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    loaded: Engine = request.param()
-    loaded.load()
-    yield loaded
-    asyncio.run(loaded.close())
 
 
 def test_the_chat_template_ends_with_the_assistant_turn_opening(engine: Engine) -> None:

@@ -3,16 +3,13 @@ grammar sampler, ONNX Runtime GenAI's guidance), so even the 135M model answers 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.engines.conftest import collect, job_for, text_of
-from tests.engines.test_contract import load_llamacpp, load_onnx_genai
 from zest.engines import Engine
 from zest.errors import BadRequestError
 from zest.router import ResponseFormat
@@ -27,14 +24,6 @@ PERSON = {
     "required": ["name", "age", "colour"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module", params=[load_llamacpp, load_onnx_genai], ids=["llamacpp", "onnx"])
-def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    loaded: Engine = request.param()
-    loaded.load()
-    yield loaded
-    asyncio.run(loaded.close())
 
 
 def answer(

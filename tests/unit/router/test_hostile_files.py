@@ -8,22 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.router.test_config import VALID, problems
 from zest.errors import ConfigError
 from zest.router import load_routes, parse_routes
-
-VALID = """\
-version: 1
-models:
-  smollm2: {engine: llamacpp, source: m.gguf}
-routes:
-  chat: {kind: chat, model: smollm2}
-"""
-
-
-def problems_of(text: str) -> list[str]:
-    with pytest.raises(ConfigError) as refused:
-        parse_routes(text, "routes.yaml")
-    return refused.value.problems
 
 
 def test_an_alias_bomb_is_refused_before_it_expands() -> None:
@@ -31,7 +18,7 @@ def test_an_alias_bomb_is_refused_before_it_expands() -> None:
     for level in "bcdefghi":
         previous = chr(ord(level) - 1)
         bomb += f"{level}: &{level} [" + ", ".join([f"*{previous}"] * 10) + "]\n"
-    [problem] = problems_of(bomb)
+    [problem] = problems(bomb)
     assert problem.startswith("routes.yaml: the YAML expands to more than 100000 values")
 
 
@@ -45,13 +32,13 @@ def test_anchors_reused_a_little_are_fine() -> None:
 
 def test_a_key_given_twice_names_both_lines() -> None:
     text = VALID + "  chat: {kind: completion, model: smollm2}\n"
-    assert problems_of(text) == [
+    assert problems(text) == [
         "routes.yaml: key 'chat' is given twice in the same mapping (lines 5 and 6): keep one"
     ]
 
 
 def test_a_tab_says_so_plainly() -> None:
-    [problem] = problems_of("version: 1\nmodels:\n\tsmollm2: {}\n")
+    [problem] = problems("version: 1\nmodels:\n\tsmollm2: {}\n")
     assert "a tab: YAML indents with spaces only" in problem
 
 
@@ -86,7 +73,7 @@ def test_a_system_prompt_on_a_completion_route_is_refused_not_ignored() -> None:
         "  chat: {kind: chat, model: smollm2}",
         "  complete: {kind: completion, model: smollm2, system_prompt: Be brief.}",
     )
-    assert problems_of(text) == [
+    assert problems(text) == [
         "routes.yaml: routes.complete.system_prompt: a completion route has no messages to put "
         "it before, so it would be ignored: remove it, or make the route kind: chat"
     ]
@@ -96,7 +83,7 @@ def test_max_tokens_that_leave_no_room_for_a_prompt_are_refused() -> None:
     text = VALID.replace("source: m.gguf}", "source: m.gguf, context_length: 512}").replace(
         "model: smollm2}", "model: smollm2, max_tokens: 512}"
     )
-    assert problems_of(text) == [
+    assert problems(text) == [
         "routes.yaml: routes.chat.max_tokens: 512 leaves no room for a prompt in the "
         "context_length (512) of model 'smollm2': lower max_tokens below 512"
     ]
