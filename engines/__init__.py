@@ -21,6 +21,7 @@ from zest.engines._base import (
     EngineKind,
     GenerationJob,
     Message,
+    ModelFacts,
     Prompt,
     StageStats,
     Tokenizer,
@@ -33,8 +34,8 @@ from zest.engines._base import (
 from zest.engines._baseline import raw_llama_cpp
 from zest.engines._devices import Inventory, Probe, detect_inventory, parse_emulation
 from zest.engines._llama_embed import LlamaCppEmbedder
-from zest.engines._llamacpp import LlamaCppEngine, LlamaCppTokenizer
-from zest.engines._onnx_genai import OnnxGenaiEngine, OnnxGenaiTokenizer
+from zest.engines._llamacpp import LlamaCppEngine, LlamaCppTokenizer, inspect_llamacpp
+from zest.engines._onnx_genai import OnnxGenaiEngine, OnnxGenaiTokenizer, inspect_onnx_genai
 from zest.engines._pool import (
     EngineKey,
     EnginePool,
@@ -76,6 +77,7 @@ __all__ = [
     "LlamaCppTokenizer",
     "LoadedEngine",
     "Message",
+    "ModelFacts",
     "ModelPolicy",
     "OnnxGenaiEngine",
     "OnnxGenaiTokenizer",
@@ -94,6 +96,7 @@ __all__ = [
     "engine_kind",
     "engine_kinds",
     "hf_hub_cache_dir",
+    "inspect_model",
     "load_tokenizer",
     "parse_emulation",
     "privacy_is_strict",
@@ -119,10 +122,25 @@ register_engine(
         LlamaCppTokenizer.load,
         supports_split=True,
         runs_emulated=True,
+        inspector=inspect_llamacpp,
     )
 )
-register_engine(EngineKind(OnnxGenaiModel, OnnxGenaiEngine, OnnxGenaiTokenizer.load))
+register_engine(
+    EngineKind(
+        OnnxGenaiModel,
+        OnnxGenaiEngine,
+        OnnxGenaiTokenizer.load,
+        inspector=inspect_onnx_genai,
+    )
+)
 register_engine(EngineKind(RemoteModel, RemoteEngine))
+
+
+def inspect_model(model_id: str, config: ModelConfig, base_dir: Path) -> ModelFacts | None:
+    """A model entry's facts read from its files without loading it (blocking: a thread);
+    None for a kind with nothing to read here (remote). A missing file raises."""
+    inspector = engine_kind(config.engine).inspector
+    return None if inspector is None else inspector(model_id, config, base_dir)
 
 
 def create_engine(

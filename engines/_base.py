@@ -24,6 +24,8 @@ __all__ = [
     "EngineKind",
     "GenerationJob",
     "Message",
+    "ModelFacts",
+    "ModelInspector",
     "Prompt",
     "StageStats",
     "TokenLogprob",
@@ -389,6 +391,29 @@ class EngineFactory(Protocol[C_contra]):
     ) -> Engine: ...
 
 
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a model entry's files say, read without loading it (file headers, configs): what
+    `zest check`, a start and a reload check before anything loads."""
+
+    # The most context the model takes: trained for (GGUF) or built for (genai_config.json).
+    max_context: int | None
+    where: str  # the file that says so, for messages
+    # Whether it carries a chat template (None: not known before it loads).
+    chat_template: bool | None = None
+    # The KV cache one load reserves on one device, in bytes (None: not known).
+    kv_bytes: int | None = None
+    # Devices this entry cannot run on, with why (e.g. options that need another provider).
+    refused_devices: Mapping[str, str] = field(default_factory=dict)
+
+
+class ModelInspector(Protocol[C_contra]):
+    """Reads a model entry's facts from its files, without loading it (blocking: a thread).
+    A missing or unreadable file raises as loading would."""
+
+    def __call__(self, model_id: str, config: C_contra, base_dir: Path, /) -> ModelFacts: ...
+
+
 class TokenizerFactory(Protocol[C_contra]):
     """Loads a model entry's tokenizer without its weights (blocking: run it in a thread)."""
 
@@ -408,6 +433,8 @@ class EngineKind(Generic[C]):
     supports_split: bool = False
     # Whether it runs on devices emulated on CPU threads (ZEST_EMULATE_DEVICES).
     runs_emulated: bool = False
+    # None: nothing to read before it runs (a remote upstream).
+    inspector: ModelInspector[C] | None = None
 
     @property
     def name(self) -> str:

@@ -17,7 +17,12 @@ from zest.engines._base import (
     GenerationJob,
     Privacy,
 )
-from zest.engines._llamacpp import _import_llama_cpp, threads_on
+from zest.engines._llamacpp import (
+    _import_llama_cpp,
+    check_trained_context,
+    gguf_facts,
+    threads_on,
+)
 from zest.engines._sources import resolve_source
 from zest.errors import (
     BadRequestError,
@@ -44,9 +49,11 @@ class LlamaCppEmbedder(Engine):
         self.context_length = 0
 
     def load(self) -> EngineInfo:
+        facts = gguf_facts(self.model_id, self._path)  # not GGUF: refused before llama.cpp
+        check_trained_context(self.model_id, self.config.context_length, facts)
         llama_cpp, _ = _import_llama_cpp()
         # An encoder reads each input whole in one batch: batch sizes are the context.
-        context = self.config.context_length or self._trained_context(llama_cpp)
+        context = self.config.context_length or facts.context_length or 512
         try:
             self._llama = llama_cpp.Llama(
                 str(self._path),
@@ -110,13 +117,6 @@ class LlamaCppEmbedder(Engine):
         llama, self._llama = self._llama, None
         if llama is not None:
             await asyncio.to_thread(llama.close)
-
-    def _trained_context(self, llama_cpp: Any) -> int:
-        probe = llama_cpp.Llama(str(self._path), vocab_only=True, verbose=False)
-        metadata = probe.metadata
-        probe.close()
-        arch = metadata.get("general.architecture", "")
-        return int(metadata.get(f"{arch}.context_length", 512))
 
     def _loaded(self) -> Any:
         if self._llama is None:

@@ -22,11 +22,14 @@ from zest.engines._base import (
     Engine,
     EngineInfo,
     GenerationJob,
+    ModelFacts,
     Tokenizer,
     control_pattern,
 )
+from zest.engines._gguf import GgufError, GgufFacts, read_gguf_facts
 from zest.engines._llama_batch import BatchScheduler
 from zest.engines._llama_grammar import check_grammar, grammar_of, new_grammar_sampler
+from zest.engines._llama_log import route_llama_log
 from zest.engines._llama_native import ContextSettings, NativeContext, make_sampler, token_piece
 from zest.engines._llama_pipeline import HybridPipeline
 from zest.engines._output import SequenceOutput
@@ -35,7 +38,7 @@ from zest.engines._sources import resolve_source
 from zest.errors import BadRequestError, EngineError, ServiceUnavailableError
 from zest.router import Device, LlamaCppModel, Placement, kind_of
 
-__all__ = ["LlamaCppEngine", "LlamaCppTokenizer"]
+__all__ = ["LlamaCppEngine", "LlamaCppTokenizer", "gguf_facts", "inspect_llamacpp", "kv_cells"]
 
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type values llama.cpp takes for type_k/type_v
 _KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # bytes per element, blocks included
@@ -57,9 +60,7 @@ def _import_llama_cpp() -> tuple[Any, Any]:
 @functools.cache
 def _init_backend(llama_cpp: Any) -> None:
     llama_cpp.llama_backend_init()  # once per process, before the first model
-    from llama_cpp import _logger
-
-    _logger.set_verbose(False)  # llama.cpp's own log: errors only (we log what served what)
+    route_llama_log(llama_cpp)
 
 
 class LlamaCppTokenizer(Tokenizer):
@@ -125,6 +126,49 @@ def _control_texts(lib: Any, model: Any) -> re.Pattern[str] | None:
     )
 
 
+def gguf_facts(model_id: str, path: Path) -> GgufFacts:
+    """The file's GGUF metadata, read before llama.cpp is asked to parse it."""
+    try:
+        return read_gguf_facts(path)
+    except (GgufError, OSError) as exc:
+        raise EngineError(f"model {model_id!r}: cannot read {path}: {exc}") from exc
+
+
+def kv_cells(config: LlamaCppModel, context: int, *, split: bool = False) -> int:
+    """KV cells a load reserves: `parallel` sequences of `context` (and the prefix cache) in
+    the decoding context, plus one sequence in a split placement's prefill context."""
+    opts = config.options
+    if opts.embedding:
+        return context
+    cells = context * opts.parallel + (0 if split else opts.prefix_cache_tokens)
+    return cells + (context if split else 0)
+
+
+def inspect_llamacpp(model_id: str, config: LlamaCppModel, base_dir: Path) -> ModelFacts:
+    """A GGUF entry's facts from its header: trained context, chat template, KV size."""
+    path = resolve_source(config.source, base_dir, config.revision)
+    facts = gguf_facts(model_id, path)
+    context = config.context_length or facts.context_length
+    cells = kv_cells(config, context) if context else 0
+    return ModelFacts(
+        max_context=facts.context_length,
+        where=f"the GGUF metadata of {path.name}",
+        chat_template=facts.has_chat_template,
+        kv_bytes=facts.kv_bytes(cells, _KV_BYTES[config.options.kv_cache_type]),
+    )
+
+
+def check_trained_context(model_id: str, wanted: int | None, facts: GgufFacts) -> None:
+    """Refuse a context_length past the trained one: positions beyond it were never learnt,
+    and the KV cache for them is reserved up front."""
+    trained = facts.context_length
+    if wanted is not None and trained is not None and wanted > trained:
+        raise EngineError(
+            f"model {model_id!r}: context_length {wanted} is more than the {trained} tokens "
+            f"the model was trained on: lower it to {trained} or less"
+        )
+
+
 def threads_on(device: Device, config: LlamaCppModel) -> int:
     """llama.cpp threads on `device`: an emulated device's own, else the model's n_threads."""
     if device.emulated and device.threads:
@@ -173,6 +217,8 @@ class LlamaCppEngine(Engine):
         self.context_length = 0
 
     def load(self) -> EngineInfo:
+        facts = gguf_facts(self.model_id, self._path)  # not GGUF: refused before llama.cpp
+        check_trained_context(self.model_id, self.config.context_length, facts)
         llama_cpp, internals = _import_llama_cpp()
         self._lib, self._internals = llama_cpp, internals
         params = llama_cpp.llama_model_default_params()
@@ -300,7 +346,7 @@ class LlamaCppEngine(Engine):
         ctx = self._context(
             self.placement.decode,
             n_seq=opts.parallel + cache_seqs,
-            n_ctx=length * opts.parallel + opts.prefix_cache_tokens,
+            n_ctx=kv_cells(self.config, length),
         )
         cache = None
         if cache_seqs:

@@ -21,6 +21,7 @@ from zest.engines._base import (
     EngineInfo,
     FinishReason,
     GenerationJob,
+    ModelFacts,
     Tokenizer,
     control_pattern,
 )
@@ -43,7 +44,7 @@ from zest.errors import (
 )
 from zest.router import OnnxGenaiModel, Placement, kind_of
 
-__all__ = ["OnnxGenaiEngine", "OnnxGenaiTokenizer"]
+__all__ = ["OnnxGenaiEngine", "OnnxGenaiTokenizer", "inspect_onnx_genai"]
 
 _INSTALL = "make install (or: pip install onnxruntime-genai==0.18.0)"
 _GENAI_CONFIG = "genai_config.json"
@@ -353,6 +354,20 @@ def _search_options(job: GenerationJob, context: int) -> dict[str, Any]:
     if job.seed is not None:
         options["random_seed"] = job.seed
     return options
+
+
+def inspect_onnx_genai(model_id: str, config: OnnxGenaiModel, base_dir: Path) -> ModelFacts:
+    """A model folder's facts from its genai_config.json: the context it was built for, and
+    the devices its options rule out."""
+    folder = _model_dir(config, base_dir)
+    built = int(_model_section(_read_genai_config(folder, model_id)).get("context_length", 0))
+    refused = {}
+    if config.options.provider_options:
+        refused["cpu"] = (
+            "options.provider_options apply to the gpu or npu provider a route's device "
+            "selects; the cpu takes none: remove them, or route the model to gpu or npu"
+        )
+    return ModelFacts(built or None, f"{folder / _GENAI_CONFIG}", refused_devices=refused)
 
 
 def _model_dir(config: OnnxGenaiModel, base_dir: Path) -> Path:

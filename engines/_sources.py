@@ -34,6 +34,16 @@ def resolve_source(source: str, base_dir: Path, revision: str | None = None) -> 
         raise ModelFileMissingError(
             f"model file not found: {path}: copy the model there or fix the source path"
         )
+    return _regular(path)
+
+
+def _regular(path: Path) -> Path:
+    """A model is a file or a folder: a FIFO or a device would block or never end a load."""
+    if not (path.is_file() or path.is_dir()):
+        raise ModelFileMissingError(
+            f"model source {path} is not a regular file or folder (a FIFO, socket or device?): "
+            "point source at the model file itself"
+        )
     return path
 
 
@@ -51,7 +61,7 @@ def _from_package(source: str) -> Path:
         if str(entry) == file or str(entry).endswith("/" + file):
             path = Path(str(entry.locate()))
             if path.exists():
-                return path
+                return _regular(path)
     raise ModelFileMissingError(
         f"model {source}: package {dist!r} has no file {file!r}: reinstall it with `{install}` "
         "or fix the file name"
@@ -69,7 +79,7 @@ def _from_hf_cache(source: str, revision: str | None) -> Path:
         f"{org}/{repo}", file, cache_dir=cache, revision=revision or "main"
     )
     if isinstance(found, str):
-        return Path(found)
+        return _regular(Path(found))
     at, pull = (f" at revision {revision!r}", f" --revision {revision}") if revision else ("", "")
     raise ModelFileMissingError(
         f"model {source}{at}: not found in the Hugging Face cache ({cache}): download it with "
@@ -92,7 +102,7 @@ def zest_cache_dir() -> Path:
 def _from_zest_cache(source: str) -> Path:
     path = zest_cache_dir() / "models" / source.removeprefix("cache:")
     if path.exists():
-        return path
+        return _regular(path)
     raise ModelFileMissingError(
         f"model {source}: not in zest's cache ({path}): `make onnx-model` "
         "(python -m zest.engines.convert) puts the bundled SmolLM2 ONNX model there; "

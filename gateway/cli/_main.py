@@ -14,12 +14,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from zest.engines import ModelFacts
 from zest.errors import CommandError, ConfigError, ZestError
 from zest.gateway.cli._eval import add_eval_command
 from zest.gateway.cli._init import ROUTES_HELP, add_init_command, routes_file
 from zest.gateway.cli._models import add_models_command
 from zest.gateway.cli._tables import print_table
-from zest.gateway.serving import Settings
+from zest.gateway.serving import Preflight, Settings
 from zest.router import LoadedRoutes, ModelConfig, RemoteModel, load_routes
 
 __all__ = ["main"]
@@ -52,8 +53,18 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_serve)
 
-    check = commands.add_parser("check", help="validate a routes file and print its routes")
+    check = commands.add_parser(
+        "check",
+        help="validate a routes file against its model files (as serve and reload do) and "
+        "print its routes",
+    )
     check.add_argument("file", nargs="?", type=Path, help=ROUTES_HELP)
+    check.add_argument(
+        "--no-models",
+        action="store_true",
+        help="check the file alone, without reading the model files (e.g. on a machine "
+        "without them)",
+    )
     check.set_defaults(func=_check)
     explain = commands.add_parser("explain", help="show the plan for a task without running it")
     explain.add_argument("task", help="a task name of the routes file")
@@ -157,11 +168,46 @@ def _settings(**overrides: object) -> Settings:
 
 
 def _check(args: argparse.Namespace) -> int:
-    loaded = load_routes(routes_file(_settings(routes=args.file).routes))
+    settings = _settings(routes=args.file)
+    loaded = load_routes(routes_file(settings.routes))
+    facts = {} if args.no_models else _preflight(loaded, settings).facts
     _print_routes(loaded)
+    if facts:
+        print()
+        _print_models(loaded, facts)
     config = loaded.config
-    print(f"\n{loaded.path}: OK ({len(config.routes)} routes, {len(config.models)} models)")
+    checked = "the file alone" if args.no_models else "the file and its model files"
+    print(
+        f"\n{loaded.path}: OK ({_count(len(config.routes), 'route')}, "
+        f"{_count(len(config.models), 'model')}; checked {checked})"
+    )
     return 0
+
+
+def _preflight(loaded: LoadedRoutes, settings: Settings) -> Preflight:
+    """The checks a start and a reload make before anything loads: ConfigError if any fails."""
+    from zest.engines import detect_inventory
+    from zest.gateway.serving import preflight
+
+    checked = preflight(loaded, detect_inventory(settings.emulate_devices).devices)
+    if checked.problems:
+        raise ConfigError(checked.problems)
+    return checked
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _print_models(loaded: LoadedRoutes, facts: dict[str, ModelFacts]) -> None:
+    """Each local model's context and the KV cache one load of it reserves (README, sizing)."""
+    rows = []
+    for model_id, found in facts.items():
+        model = loaded.config.models[model_id]
+        context = model.context_length or found.max_context
+        kv = "n/a" if found.kv_bytes is None else f"{found.kv_bytes / 2**20:,.0f} MiB"
+        rows.append((model_id, model.engine, str(context or "n/a"), kv, found.where))
+    print_table(("MODEL", "ENGINE", "CONTEXT", "KV RESERVED", "FROM"), rows)
 
 
 def _print_routes(loaded: LoadedRoutes) -> None:
@@ -199,8 +245,10 @@ def _serve(args: argparse.Namespace) -> int:
     log.info(policy.describe())
     if warning := exposure_warning(settings.host, settings.port, policy):
         log.warning(warning)
+    routes = load_routes(routes_file(settings.routes))
+    _preflight(routes, settings)  # what zest check refuses never starts
     runtime = Runtime(
-        load_routes(routes_file(settings.routes)),
+        routes,
         detect_inventory(settings.emulate_devices),
         strict_privacy=settings.privacy == "strict",
     )

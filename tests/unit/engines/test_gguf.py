@@ -1,0 +1,108 @@
+"""GGUF metadata read without llama.cpp: the facts checks need, and clear refusals of files
+that are not GGUF or are cut short."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from zest.engines._gguf import GgufError, read_gguf_facts, read_gguf_metadata
+
+U32, F32, BOOL, STRING, ARRAY, U64 = 4, 6, 7, 8, 9, 10
+
+
+def text(value: str) -> bytes:
+    raw = value.encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def entry(key: str, kind: int, payload: bytes) -> bytes:
+    return text(key) + struct.pack("<I", kind) + payload
+
+
+def gguf(*entries: bytes, version: int = 3) -> bytes:
+    return b"GGUF" + struct.pack("<IQQ", version, 0, len(entries)) + b"".join(entries)
+
+
+LLAMA = [
+    entry("general.architecture", STRING, text("llama")),
+    entry("llama.context_length", U32, struct.pack("<I", 8192)),
+    entry("llama.block_count", U32, struct.pack("<I", 30)),
+    entry("llama.embedding_length", U32, struct.pack("<I", 576)),
+    entry("llama.attention.head_count", U32, struct.pack("<I", 9)),
+    entry("llama.attention.head_count_kv", U32, struct.pack("<I", 3)),
+    entry("llama.rope.freq_base", F32, struct.pack("<f", 1e5)),
+    # A vocabulary: skipped without being decoded.
+    entry("tokenizer.ggml.tokens", ARRAY, struct.pack("<IQ", STRING, 3) + text("a") * 3),
+    entry("tokenizer.ggml.scores", ARRAY, struct.pack("<IQ", F32, 2) + b"\0" * 8),
+    entry("tokenizer.ggml.add_bos_token", BOOL, b"\x01"),
+    entry("tokenizer.chat_template", STRING, text("{{ messages }}")),
+]
+
+
+def write(tmp_path: Path, data: bytes) -> Path:
+    path = tmp_path / "model.gguf"
+    path.write_bytes(data)
+    return path
+
+
+def test_the_facts_of_a_chat_model(tmp_path: Path) -> None:
+    facts = read_gguf_facts(write(tmp_path, gguf(*LLAMA)))
+    assert (facts.architecture, facts.context_length) == ("llama", 8192)
+    assert facts.has_chat_template
+    assert not facts.embeds
+    # 30 layers x 3 KV heads x (64 + 64) x 2 bytes: SmolLM2-135M's 23,040 bytes per token.
+    assert facts.kv_bytes_per_token_f16 == 23_040
+    assert facts.kv_bytes(4096 * 4, 2.0) == 360 * 2**20
+    assert facts.kv_bytes(1024, 34 / 32) == 23_040 // 2 * 34 // 32 * 1024
+
+
+def test_large_arrays_are_left_out_and_small_values_kept(tmp_path: Path) -> None:
+    metadata = read_gguf_metadata(write(tmp_path, gguf(*LLAMA)))
+    assert metadata["tokenizer.ggml.tokens"] is None
+    assert metadata["tokenizer.ggml.scores"] is None
+    assert metadata["tokenizer.ggml.add_bos_token"] is True
+    assert metadata["llama.rope.freq_base"] == pytest.approx(1e5)
+
+
+def test_per_layer_kv_heads_count_their_largest(tmp_path: Path) -> None:
+    counts = struct.pack("<IQ", U32, 2) + struct.pack("<II", 1, 3)
+    per_layer = entry("llama.attention.head_count_kv", ARRAY, counts)
+    entries = [e for e in LLAMA if b"head_count_kv" not in e] + [per_layer]
+    assert read_gguf_facts(write(tmp_path, gguf(*entries))).kv_bytes_per_token_f16 == 23_040
+
+
+def test_an_embedding_model_declares_its_pooling(tmp_path: Path) -> None:
+    bert = [
+        entry("general.architecture", STRING, text("bert")),
+        entry("bert.context_length", U32, struct.pack("<I", 512)),
+        entry("bert.pooling_type", U32, struct.pack("<I", 1)),
+    ]
+    facts = read_gguf_facts(write(tmp_path, gguf(*bert)))
+    assert (facts.context_length, facts.embeds, facts.has_chat_template) == (512, True, False)
+    assert facts.kv_bytes_per_token_f16 is None  # the header does not give the sizes
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "the file is empty, not a GGUF model"),
+        (b"PK\x03\x04", "the file does not start with GGUF's magic bytes: it is not a GGUF model"),
+        (gguf(version=1), "GGUF version 1 is not one llama.cpp reads (2 or 3)"),
+        (gguf(*LLAMA)[:200], "the file ends inside its header: it is cut short or not GGUF"),
+        (gguf(entry("x", 99, b"")), "unknown GGUF value type 99: the file is damaged or newer"),
+    ],
+    ids=["empty", "not gguf", "old version", "cut short", "unknown type"],
+)
+def test_what_is_not_a_readable_gguf_is_refused(tmp_path: Path, data: bytes, message: str) -> None:
+    with pytest.raises(GgufError) as refused:
+        read_gguf_facts(write(tmp_path, data))
+    assert str(refused.value) == message
+
+
+def test_a_huge_declared_string_is_refused_not_allocated(tmp_path: Path) -> None:
+    huge = struct.pack("<Q", 2**62) + struct.pack("<I", STRING)
+    with pytest.raises(GgufError, match="cut short"):
+        read_gguf_facts(write(tmp_path, gguf(huge)))
