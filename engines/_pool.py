@@ -17,8 +17,10 @@ pinned, so the order is an OrderedDict walked from the least recently used end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
@@ -28,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob
+from zest.errors import RequestError, ServiceUnavailableError
 from zest.router import ModelConfig, Placement
 
 __all__ = [
@@ -144,9 +147,14 @@ class EnginePool:
     # The model's definition in the routes file in force (None: gone); None: never retire.
     current: Callable[[str], EngineSpec | None] | None = None
     max_loaded: int | None = None
+    # A load that takes longer is given up (its thread cannot be stopped: it is left to end).
+    load_timeout_s: float = 600.0
     clock: Callable[[], float] = time.monotonic
+    # Why the last load of an engine failed, until one succeeds (readiness reads it).
+    load_failures: dict[EngineKey, str] = field(default_factory=dict)
     _entries: OrderedDict[EngineKey, LoadedEngine] = field(default_factory=OrderedDict)
     _loading: dict[EngineKey, asyncio.Task[LoadedEngine]] = field(default_factory=dict)
+    _closing: set[asyncio.Future[None]] = field(default_factory=set)
 
     async def acquire(self, spec: EngineSpec) -> Lease:
         """A lease on the engine for `spec`, loading it first if needed (once)."""
@@ -238,8 +246,13 @@ class EnginePool:
     async def _load(self, spec: EngineSpec) -> LoadedEngine:
         if spec.counts_toward_cap:
             await self._make_room(spec)
-        engine = self.factory(spec)
-        info = await asyncio.to_thread(engine.load)
+        try:
+            engine = self.factory(spec)
+            info = await self._load_in_thread(engine, spec)
+        except RequestError as exc:
+            self.load_failures[spec.key] = exc.message
+            raise
+        self.load_failures.pop(spec.key, None)
         entry = LoadedEngine(spec, engine, info, loaded_at=time.time(), last_used=self.clock())
         # Loaded for a request of an older table (or while a reload came in): it serves that
         # request and goes when idle, like the engines the reload retired.
@@ -256,6 +269,45 @@ class EnginePool:
             info.source,
         )
         return entry
+
+    async def _load_in_thread(self, engine: Engine, spec: EngineSpec) -> EngineInfo:
+        """`engine.load()` on a daemon thread of its own, within `load_timeout_s`. A blocked
+        read never holds up the process's exit, and a load given up on is closed if it ever
+        ends."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[EngineInfo] = loop.create_future()
+
+        def settle(result: EngineInfo | None, error: BaseException | None) -> None:
+            if done.cancelled():  # given up on: free what it loaded
+                if result is not None:
+                    closing = asyncio.ensure_future(engine.close())
+                    self._closing.add(closing)
+                    closing.add_done_callback(self._closing.discard)
+            elif error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(result)  # type: ignore[arg-type]
+
+        def work() -> None:
+            try:
+                result, error = engine.load(), None
+            except BaseException as exc:  # handed to the waiting coroutine
+                result, error = None, exc
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(settle, result, error)
+
+        name = f"zest-load-{spec.model_id}"
+        threading.Thread(target=work, name=name, daemon=True).start()
+        try:
+            async with asyncio.timeout(self.load_timeout_s):
+                return await done
+        except TimeoutError:
+            raise ServiceUnavailableError(
+                f"model {spec.model_id!r} did not load within {self.load_timeout_s:g} s "
+                "(lifecycle.load_timeout_s): check that its source is a local file that reads "
+                "at disk speed, or raise the limit",
+                code="load_timeout",
+            ) from None
 
     async def _make_room(self, spec: EngineSpec) -> None:
         while self._over_cap(1):

@@ -47,6 +47,15 @@ def load_routes(path: str | Path) -> LoadedRoutes:
 
 def parse_routes(text: str, filename: str) -> RoutesFile:
     """Validate routes.yaml text; `filename` prefixes every error line."""
+    try:
+        return _validated(text, filename)
+    except RecursionError:  # thousands of nested levels: deeper than the parser goes
+        raise ConfigError(
+            [f"{filename}: the YAML nests too deeply: a routes file nests a few levels"]
+        ) from None
+
+
+def _validated(text: str, filename: str) -> RoutesFile:
     data = _parse_yaml(text, filename)
     try:
         config = RoutesFile.model_validate(data)

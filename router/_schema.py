@@ -403,6 +403,9 @@ class Lifecycle(_Strict):
     # Local engines loaded at once (a model on two placements counts twice); beyond it, the
     # least recently used idle, unpinned engine is unloaded. None: no cap.
     max_loaded_models: int | None = Field(default=None, ge=1, le=256)
+    # A model load that takes longer is given up with 503 load_timeout (a source on a stalled
+    # network share, say); the model is freed if its load ever ends.
+    load_timeout_s: float = Field(default=600.0, gt=0, le=86400)
 
 
 class RoutesFile(_Strict):

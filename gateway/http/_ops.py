@@ -96,12 +96,15 @@ async def unload_model(request: Request[Any, Any, Any], runtime: Runtime) -> dic
 
 @get("/ready")
 async def ready(runtime: Runtime) -> Response[Any]:
-    """200 once the warm start has loaded its models; 503 while loading or when it failed.
-    Liveness is /health."""
+    """200 once the warm start has loaded its models and every route can be served; 503
+    while loading, when it failed, or while a route cannot be served (no device here runs
+    it, or its models failed to load). Liveness is /health."""
     inventory = describe_inventory(runtime.inventory)
+    unservable = runtime.unservable()
     body = {
         "status": runtime.state,
-        "ready": runtime.state == "ready",
+        "ready": runtime.state == "ready" and not unservable,
+        "unservable_routes": unservable,
         "models": describe_loaded(runtime),
         "loading": [model for model, _, _ in runtime.pool.loading()],
         "preload_errors": runtime.preload_errors,

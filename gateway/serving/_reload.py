@@ -1,9 +1,12 @@
 """Hot reload of routes.yaml: on a file change (watchfiles), on SIGHUP, or on
 POST /api/v1/admin/reload.
 
-The new file is read and validated off the event loop; only a valid table is put in force (one
-assignment, see Runtime.swap). An invalid one changes nothing: its errors are logged and kept
-for GET /api/v1/routes, and the previous table keeps serving.
+Make-before-break: the new file is read and checked off the event loop as strictly as a start
+checks it (the schema, then its model files: engines' preflight), and the models it needs or
+changes are loaded (Runtime.stage) before it is put in force (one assignment, Runtime.swap)
+and the engines it replaces are retired. A file refused at any of these steps changes nothing:
+its errors are logged and kept for GET /api/v1/routes, and the previous table and its engines
+keep serving.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from typing import Any, Literal
 import watchfiles
 
 from zest.errors import ConfigError
+from zest.gateway.serving._preflight import preflight
 from zest.gateway.serving._runtime import Runtime
-from zest.router import load_routes
+from zest.router import LoadedRoutes, load_routes
 
 __all__ = ["ReloadOutcome", "Reloader"]
 
@@ -51,6 +55,7 @@ class Reloader:
     )
     last_error: ReloadOutcome | None = None
     reloads: int = 0
+    watching: bool = False  # the watcher runs (False once it stopped, even if asked for)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
@@ -59,22 +64,24 @@ class Reloader:
         return self.runtime.routes.path
 
     async def reload(self, trigger: Trigger) -> ReloadOutcome:
-        """Read, validate and put in force the routes file; keep the old table on any error."""
+        """Check, load and put in force the routes file; keep the old table on any error."""
         async with self._lock:  # two triggers at once: one reload after the other
             try:
-                routes = await asyncio.to_thread(load_routes, self.path)
+                routes = await asyncio.to_thread(self._read_checked)
             except ConfigError as exc:
-                outcome = ReloadOutcome(False, trigger, time.time(), tuple(exc.problems))
-                self.last_error = outcome
-                log.error(
-                    "reload (%s) rejected, the previous routes keep serving:\n  %s",
-                    trigger,
-                    "\n  ".join(exc.problems),
+                return self._reject(trigger, exc.problems)
+            except Exception as exc:  # never let a reload take down what serves
+                log.exception("reload (%s): reading %s failed", trigger, self.path)
+                return self._reject(trigger, [f"{self.path}: cannot be read: {exc}"])
+            staged = await self.runtime.stage(routes)
+            if staged.problems:
+                return self._reject(
+                    trigger, [f"{routes.path}: cannot load {p}" for p in staged.problems]
                 )
-                return outcome
-            self.runtime.swap(routes)
+            self.runtime.swap(routes, staged)
             self.reloads += 1
             self.loaded = ReloadOutcome(True, trigger, time.time())
+            self.last_error = None  # what GET /routes shows is about the table in force
             log.info(
                 "reload (%s): %s: routes %s",
                 trigger,
@@ -82,6 +89,24 @@ class Reloader:
                 ", ".join(routes.config.routes),
             )
             return self.loaded
+
+    def _read_checked(self) -> LoadedRoutes:
+        """The file, validated and checked against its model files (blocking: a thread)."""
+        routes = load_routes(self.path)
+        checked = preflight(routes, self.runtime.devices)
+        if checked.problems:
+            raise ConfigError(checked.problems)
+        return routes
+
+    def _reject(self, trigger: Trigger, problems: list[str]) -> ReloadOutcome:
+        outcome = ReloadOutcome(False, trigger, time.time(), tuple(problems))
+        self.last_error = outcome
+        log.error(
+            "reload (%s) rejected, the previous routes keep serving:\n  %s",
+            trigger,
+            "\n  ".join(problems),
+        )
+        return outcome
 
     def start(self) -> None:
         """Watch the file (when enabled) and reload on SIGHUP."""
@@ -102,7 +127,7 @@ class Reloader:
     def status(self) -> dict[str, Any]:
         return {
             "path": str(self.path),
-            "watching": self.watch,
+            "watching": self.watching,
             "reloads": self.reloads,
             "loaded": self.loaded.as_dict(),
             "last_error": self.last_error.as_dict() if self.last_error else None,
@@ -116,6 +141,7 @@ class Reloader:
     async def _watch_file(self) -> None:
         """Watch the folder, not the file: editors save by writing a new file and renaming it."""
         path = self.path
+        self.watching = True
         try:
             async for changes in watchfiles.awatch(
                 path.parent,
@@ -126,6 +152,8 @@ class Reloader:
                 watch_filter=lambda _, changed: Path(changed).resolve() == path,
             ):
                 if any(Path(changed).resolve() == path for _, changed in changes):
-                    await self.reload("file")
+                    await self.reload("file")  # a bad save is rejected, never fatal here
         except Exception:  # watching is a convenience: SIGHUP and the admin route still work
             log.exception("watching %s stopped; reload with SIGHUP or the admin route", path)
+        finally:
+            self.watching = False

@@ -30,7 +30,7 @@ from zest.gateway.serving._planning import plan_for
 from zest.gateway.serving._tokens import Tokens
 from zest.router import Device, LoadedRoutes, Placement, Plan, RouteConfig
 
-__all__ = ["PreloadTarget", "Runtime"]
+__all__ = ["PreloadTarget", "Runtime", "Staged"]
 
 log = logging.getLogger("zest.gateway")
 State = Literal["starting", "loading", "ready", "failed"]
@@ -45,6 +45,28 @@ class PreloadTarget:
     # nothing to fall back on.
     fatal: bool
     why: str
+
+
+@dataclass
+class Staged:
+    """What `Runtime.stage` loaded for a table (held) and what failed: `problems` (targets the
+    table cannot do without) refuse it, `warnings` (routes with a fallback) do not."""
+
+    leases: list[Lease] = field(default_factory=list)
+    failures: list[tuple[PreloadTarget, str]] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"{target.why}: {message}" for target, message in self.failures if target.fatal]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [f"{t.why}: {message}" for t, message in self.failures if not t.fatal]
+
+    def release(self) -> None:
+        for lease in self.leases:
+            lease.release()
+        self.leases.clear()
 
 
 @dataclass
@@ -66,6 +88,7 @@ class Runtime:
             policy=self.model_policy,
             current=self._current_spec,
             max_loaded=self.routes.config.lifecycle.max_loaded_models,
+            load_timeout_s=self.routes.config.lifecycle.load_timeout_s,
         )
 
     @property
@@ -83,18 +106,70 @@ class Runtime:
         self._spawn(self._warm_start())
         self._spawn(self.pool.run_sweeps())
 
-    def swap(self, routes: LoadedRoutes) -> None:
-        """Put a new routes table in force (one assignment: atomic for every later request),
-        retire the engines whose model it changed, and warm the new table's models."""
+    async def stage(self, routes: LoadedRoutes) -> Staged:
+        """Load what `routes` needs before it is put in force (make-before-break): its preload
+        targets, and a new engine for every model it changes that serves now. A target the
+        table cannot do without that fails to load raises ConfigError naming it, and nothing
+        of the old table is touched; what did load is held by the returned leases (no sweep
+        unloads it before the swap) until `Staged.release`."""
+        staged = Staged()
+        for target in [*self.preload_targets(routes), *self._changed_targets(routes)]:
+            try:
+                placement = target.placement or self.default_placement(routes, target.model_id)
+                staged.leases.append(await self.acquire(routes, target.model_id, placement))
+            except RequestError as exc:  # a broken file, a missing device or library
+                staged.failures.append((target, exc.message))
+                if target.fatal:  # the table is refused: loading more would be wasted
+                    staged.release()
+                    break
+        return staged
+
+    def swap(self, routes: LoadedRoutes, staged: Staged | None = None) -> None:
+        """Put a new routes table in force (one assignment: atomic for every later request)
+        and retire the engines whose model it changed; `staged` (what `stage` loaded for it)
+        is let go once the new table holds its engines."""
         self.routes = routes
         self.pool.max_loaded = routes.config.lifecycle.max_loaded_models
+        self.pool.load_timeout_s = routes.config.lifecycle.load_timeout_s
         for entry in self.pool.retire_changed():
             log.info(
                 "model %s on %s: changed or removed by the reload; unloaded once its requests end",
                 entry.info.model,
                 entry.info.device,
             )
-        self._spawn(self.preload(routes, at_start=False))
+        if staged is not None:
+            self.preload_errors = list(staged.warnings)
+            staged.release()
+
+    def _changed_targets(self, routes: LoadedRoutes) -> list[PreloadTarget]:
+        """Models serving now that `routes` defines anew: loaded again where they run now."""
+        targets = []
+        for entry in self.pool.loaded():
+            model_id = entry.spec.model_id
+            config = routes.config.models.get(model_id)
+            if entry.retired or config is None:
+                continue
+            spec = _spec(routes, model_id, entry.spec.placement)
+            if spec.fingerprint != entry.spec.fingerprint:
+                why = f"model {model_id} (serving on {entry.info.device}, changed)"
+                targets.append(PreloadTarget(model_id, entry.spec.placement, True, why))
+        return targets
+
+    def unservable(self) -> dict[str, str]:
+        """Routes of the table in force that nothing can serve now, with why: no device here
+        runs any attempt, or every attempt's engine failed its last load."""
+        routes, broken = self.routes, self.pool.load_failures
+        found = {}
+        for task, route in routes.config.routes.items():
+            try:
+                plan = self.plan(routes, task, route, prompt_tokens=0)
+            except ServiceUnavailableError as exc:
+                found[task] = exc.message
+                continue
+            keys = [_spec(routes, a.model, a.placement).key for a in plan.attempts]
+            if all(key in broken for key in keys):
+                found[task] = "; ".join(dict.fromkeys(broken[key] for key in keys))
+        return found
 
     def model_policy(self, model_id: str) -> ModelPolicy | None:
         model = self.routes.config.models.get(model_id)
@@ -152,24 +227,6 @@ class Runtime:
         device = self.devices["cpu" if "cpu" in usable else usable[0]]
         return Placement(device, device)
 
-    async def preload(self, routes: LoadedRoutes, *, at_start: bool) -> None:
-        """Load the table's preload targets; a fatal failure at start stops the server.
-        `preload_errors` holds this table's failures (a reload starts the list anew)."""
-        self.preload_errors = []
-        for target in self.preload_targets(routes):
-            try:
-                placement = target.placement or self.default_placement(routes, target.model_id)
-                lease = await self.acquire(routes, target.model_id, placement)
-            except RequestError as exc:  # a broken file, a missing device or library
-                message = f"{target.why}: {exc.message}"
-                self.preload_errors.append(message)
-                if at_start and target.fatal:
-                    self._fail(exc.message)
-                    return
-                log.warning("preload: %s", message)
-                continue
-            lease.release()
-
     def preload_targets(self, routes: LoadedRoutes) -> list[PreloadTarget]:
         """`lifecycle.preload: routes`: each route's first attempt (fatal when the route has
         no fallback); a list: those models, where their routes first place them."""
@@ -206,8 +263,16 @@ class Runtime:
         await self.pool.close()
 
     async def _warm_start(self) -> None:
-        await self.preload(self.routes, at_start=True)
-        if self.state == "loading":
+        """Load the preload targets; one the table cannot do without stops the server."""
+        staged = await self.stage(self.routes)
+        self.preload_errors = [f"{target.why}: {message}" for target, message in staged.failures]
+        for warning in staged.warnings:
+            log.warning("preload: %s", warning)
+        staged.release()
+        fatal = [message for target, message in staged.failures if target.fatal]
+        if fatal:
+            self._fail(fatal[0])
+        elif self.state == "loading":
             self.state = "ready"
             log.info("ready: %d model(s) loaded", len(self.pool.loaded()))
 

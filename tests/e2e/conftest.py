@@ -99,13 +99,20 @@ def spawn_until_answering(
 stop_process = stop
 
 
-def start_server(routes: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> Server:
+def start_server(
+    routes: Path,
+    log_path: Path,
+    extra_env: dict[str, str] | None = None,
+    *,
+    until: str = "ready",
+) -> Server:
     """`zest serve` on a free port, returned once ready (not just live): the warm start has
-    loaded its models (or failed, and the process exits with the reason in its log)."""
+    loaded its models (or failed, and the process exits with the reason in its log).
+    `until="health"`: once live, for a server meant never to be ready."""
     base_url = f"http://127.0.0.1:{free_port()}"
     command = [str(ZEST), "serve", "--routes", str(routes), "--port", base_url.rsplit(":", 1)[1]]
     env = {**os.environ, **(extra_env or {})}
-    process = spawn_until_answering(command, log_path, f"{base_url}/api/v1/ready", env)
+    process = spawn_until_answering(command, log_path, f"{base_url}/api/v1/{until}", env)
     return Server(base_url, log_path, process)
 
 

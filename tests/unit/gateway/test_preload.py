@@ -33,18 +33,20 @@ def runtime() -> tuple[Runtime, list[str]]:
 
 def test_a_listed_model_no_device_can_run_fails_the_start() -> None:
     started, fatal = runtime()
-    asyncio.run(started.preload(started.routes, at_start=True))
+    started.state = "loading"
+    asyncio.run(started._warm_start())
     assert started.state == "failed"
     assert started.preload_errors == [NO_DEVICE]
     assert fatal == [NO_DEVICE.removeprefix("preload smollm2: ")]
 
 
-def test_each_preload_reports_its_own_table_s_failures() -> None:
+def test_a_table_whose_listed_model_cannot_load_is_refused_by_staging() -> None:
     reloaded, fatal = runtime()
-    for _ in range(2):
-        asyncio.run(reloaded.preload(reloaded.routes, at_start=False))
-    assert reloaded.preload_errors == [NO_DEVICE]
+    for _ in range(2):  # each staging reports its own table's failures, not the last ones too
+        staged = asyncio.run(reloaded.stage(reloaded.routes))
+        assert (staged.problems, staged.warnings, staged.leases) == ([NO_DEVICE], [], [])
     assert fatal == []
+    assert reloaded.state == "starting"
 
 
 def test_exposed_models_are_not_preloaded_unless_listed() -> None:
