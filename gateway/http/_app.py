@@ -83,8 +83,12 @@ async def _respond(
 ) -> Response[Any]:
     """Generate and answer; `echo` (a completion's echo: true) comes before the text."""
     request_id = _request_id(request)
-    gens = await _start_choices(
-        runtime, name, kind, body, request_id=request_id, record=record, inputs=inputs
+    # Watched from arrival: a client gone while queued or prefilling cancels its generation.
+    gens = await _unless_disconnected(
+        request,
+        _start_choices(
+            runtime, name, kind, body, request_id=request_id, record=record, inputs=inputs
+        ),
     )
     gen = gens[0]  # what served the first choice is what the headers show
     if body.stream:
@@ -272,15 +276,18 @@ async def responses(
     body = await parse_body(request, ResponsesRequest)
     request_id = _request_id(request)
     sampling = body.sampling()
-    gen = await start_generation(
-        runtime,
-        body.model,
-        kind="chat",
-        body=sampling,
-        request_id=request_id,
-        messages=body.messages(),
-        tools=body.tool_use(),
-        events=record,
+    gen = await _unless_disconnected(
+        request,
+        start_generation(
+            runtime,
+            body.model,
+            kind="chat",
+            body=sampling,
+            request_id=request_id,
+            messages=body.messages(),
+            tools=body.tool_use(),
+            events=record,
+        ),
     )
     shape = ResponseShape(gen, body)
     headers = {**route_headers(gen), **_request_headers(request, request_id)}
@@ -299,7 +306,9 @@ async def embeddings(
 ) -> Response[Any]:
     """OpenAI embeddings; `model` names a task of kind embedding."""
     body = await parse_body(request, EmbeddingRequest)
-    done = await embed_inputs(runtime, body.model, body.inputs(), events=record)
+    done = await _unless_disconnected(
+        request, embed_inputs(runtime, body.model, body.inputs(), events=record)
+    )
     return _embedding_response(request, done, body.model, body.encoding_format, record)
 
 

