@@ -22,6 +22,7 @@
             ├── OverloadedError     429 code=overloaded: a model's queue is full (Retry-After),
             │                       or the upstream kept answering 429/503
             ├── PrivacyError        code=privacy_forbidden: a remote engine refused the request
+            ├── ShuttingDownError   code=shutting_down: the server drains (Retry-After)
             └── EngineError         500 an engine failed while generating (foreign errors chained)
 
 Each RequestError class declares its HTTP status, OpenAI `type` and its metrics `outcome`
@@ -56,6 +57,7 @@ __all__ = [
     "PullError",
     "RequestError",
     "ServiceUnavailableError",
+    "ShuttingDownError",
     "UnknownTaskError",
     "UpstreamRejectedError",
     "ZestError",
@@ -249,3 +251,13 @@ class PrivacyError(ServiceUnavailableError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="privacy_forbidden")
+
+
+class ShuttingDownError(ServiceUnavailableError):
+    """The server is stopping: what it refuses or ends now, another replica can serve."""
+
+    outcome = "shutting_down"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message, code="shutting_down")
+        self.headers["retry-after"] = str(retry_after)

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import logging
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from zest.engines import ModelFacts
-from zest.errors import CommandError, ConfigError, ZestError
+from zest.errors import ConfigError, ZestError
 from zest.gateway.cli._eval import add_eval_command
 from zest.gateway.cli._init import ROUTES_HELP, add_init_command, routes_file
 from zest.gateway.cli._models import add_models_command
+from zest.gateway.cli._serve import add_serve_command
+from zest.gateway.cli._settings import preflight_or_raise, settings_from
 from zest.gateway.cli._tables import print_table
-from zest.gateway.serving import Preflight, Settings
 from zest.router import LoadedRoutes, ModelConfig, RemoteModel, load_routes
 
 __all__ = ["main"]
@@ -46,12 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    serve = commands.add_parser("serve", help="serve the routes file over HTTP")
-    serve.add_argument("--routes", type=Path, help=ROUTES_HELP)
-    serve.add_argument("--host", help="address to bind (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to bind (default: 8000)")
-    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    serve.set_defaults(func=_serve)
+    add_serve_command(commands)
 
     check = commands.add_parser(
         "check",
@@ -121,7 +113,7 @@ def _explain(args: argparse.Namespace) -> int:
     from zest.engines import detect_inventory
     from zest.gateway.serving import explain_task, format_explanation
 
-    settings = _settings(routes=args.routes)
+    settings = settings_from(routes=args.routes)
     routes = load_routes(routes_file(settings.routes))
     inventory = detect_inventory(settings.emulate_devices)
     explained = explain_task(
@@ -135,42 +127,10 @@ def _explain(args: argparse.Namespace) -> int:
     return 1 if "error" in explained else 0
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound here so a busy port is a clear error, not uvicorn's exit 3."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listening = socket.socket(family, socket.SOCK_STREAM)
-    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listening.bind((host, port))
-    except OSError as exc:
-        listening.close()
-        reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
-        raise CommandError(
-            f"cannot listen on {host}:{port}: {reason}: stop what uses the port, or pick "
-            "another with --port (or ZEST_PORT)"
-        ) from None
-    listening.listen(2048)
-    listening.set_inheritable(True)
-    return listening
-
-
-def _settings(**overrides: object) -> Settings:
-    given = {key: value for key, value in overrides.items() if value is not None}
-    try:
-        return Settings(**given)  # type: ignore[arg-type]
-    except ValidationError as exc:
-        problems = [
-            f"ZEST_{'.'.join(str(p) for p in err['loc']).upper()} (or its flag): "
-            f"{err['msg'][0].lower()}{err['msg'][1:]}, got {err['input']!r}"
-            for err in exc.errors()
-        ]
-        raise ConfigError(problems) from None
-
-
 def _check(args: argparse.Namespace) -> int:
-    settings = _settings(routes=args.file)
+    settings = settings_from(routes=args.file)
     loaded = load_routes(routes_file(settings.routes))
-    facts = {} if args.no_models else _preflight(loaded, settings).facts
+    facts = {} if args.no_models else preflight_or_raise(loaded, settings).facts
     _print_routes(loaded)
     if facts:
         print()
@@ -182,17 +142,6 @@ def _check(args: argparse.Namespace) -> int:
         f"{_count(len(config.models), 'model')}; checked {checked})"
     )
     return 0
-
-
-def _preflight(loaded: LoadedRoutes, settings: Settings) -> Preflight:
-    """The checks a start and a reload make before anything loads: ConfigError if any fails."""
-    from zest.engines import detect_inventory
-    from zest.gateway.serving import preflight
-
-    checked = preflight(loaded, detect_inventory(settings.emulate_devices).devices)
-    if checked.problems:
-        raise ConfigError(checked.problems)
-    return checked
 
 
 def _count(number: int, noun: str) -> str:
@@ -225,67 +174,3 @@ def _source(model: ModelConfig) -> str:
     if isinstance(model, RemoteModel):
         return f"{model.base_url} ({model.model})"
     return model.source
-
-
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from zest.engines import detect_inventory
-    from zest.gateway.http import AccessPolicy, RedactCredentials, create_app, exposure_warning
-    from zest.gateway.serving import Runtime
-
-    settings = _settings(
-        routes=args.routes, host=args.host, port=args.port, log_level=args.log_level
-    )
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-    )
-    logging.getLogger("uvicorn.access").addFilter(RedactCredentials())  # no key in the log
-    policy = AccessPolicy.from_settings(settings)  # a bad ZEST_API_KEYS_FILE fails here, early
-    log.info(policy.describe())
-    if warning := exposure_warning(settings.host, settings.port, policy):
-        log.warning(warning)
-    routes = load_routes(routes_file(settings.routes))
-    _preflight(routes, settings)  # what zest check refuses never starts
-    runtime = Runtime(
-        routes,
-        detect_inventory(settings.emulate_devices),
-        strict_privacy=settings.privacy == "strict",
-    )
-    log.info("routes %s: %s", runtime.routes.path, ", ".join(runtime.routes.config.routes))
-    for device in runtime.devices.values():
-        log.info(
-            "device %s: %s; detected by %s; engines: %s",
-            device.label,
-            device.detail,
-            device.detected_by,
-            ", ".join(sorted(device.engines)) or "none",
-        )
-    fatal: list[str] = []
-    config = uvicorn.Config(
-        create_app(runtime, settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None,
-        timeout_graceful_shutdown=5,
-    )
-    server = uvicorn.Server(config)
-
-    def stop(message: str) -> None:  # the warm start cannot serve a route: stop, exit 1
-        fatal.append(message)
-        server.should_exit = True
-
-    runtime.on_fatal = stop
-    listening = _bind(settings.host, settings.port)  # before saying "serving on"
-    log.info(
-        "serving on http://%s:%d/v1 (OpenAI-compatible) and /api/v1; models load in the "
-        "background (GET /api/v1/ready)",
-        settings.host,
-        settings.port,
-    )
-    server.run(sockets=[listening])
-    if fatal:
-        print(f"zest: {fatal[0]}", file=sys.stderr)
-        return 1
-    return 0

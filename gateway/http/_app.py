@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
 
 from litestar import Litestar, Request, Response, Router, get, post
+from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
@@ -21,6 +22,7 @@ from zest.errors import (
     UnknownTaskError,
     error_body,
 )
+from zest.gateway.http._auth import PUBLIC_PATHS
 from zest.gateway.http._body import IGNORED, parse_body
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
@@ -460,6 +462,18 @@ def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response
     return Response(body, status_code=500, headers={"x-request-id": _request_id(request)})
 
 
+# What answers while the server drains: the probes (readiness says 503) and the metrics.
+_OPEN_WHILE_DRAINING = PUBLIC_PATHS | {"/metrics", "/v1/metrics", "/api/v1/metrics"}
+
+
+def _drain_guard(runtime: Runtime) -> Callable[[ASGIConnection[Any, Any, Any, Any], Any], None]:
+    def refuse_while_draining(connection: ASGIConnection[Any, Any, Any, Any], _: Any) -> None:
+        if runtime.drain.draining and connection.url.path not in _OPEN_WHILE_DRAINING:
+            raise runtime.drain.refusal()
+
+    return refuse_while_draining
+
+
 def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
     """The ASGI app; `runtime` starts (warm start, sweeps, reload triggers) on startup and is
     closed on shutdown.
@@ -527,7 +541,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             Exception: _internal_error,
         },
         lifespan=[lifespan],
-        guards=[security.guard],
+        guards=[_drain_guard(runtime), security.guard],
         cors_config=security.cors,
         request_max_body_size=security.max_body_bytes,
         openapi_config=None,

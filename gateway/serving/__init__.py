@@ -1,6 +1,7 @@
 """What serves a request apart from HTTP: the runtime (routes in force, inventory, engine
 pool), a request's walk through its plan, explain, hot reload, timeouts and settings."""
 
+from zest.gateway.serving._drain import Drain
 from zest.gateway.serving._embedding import Embedded, embed_inputs
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._explain import (
@@ -57,6 +58,7 @@ __all__ = [
     "ChatRequest",
     "CompletionRequest",
     "Deadline",
+    "Drain",
     "Embedded",
     "EmbeddingRequest",
     "Generation",

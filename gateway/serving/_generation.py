@@ -11,6 +11,7 @@ After the first token, failures end the stream with an error event, and so does
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from zest.engines import (
 )
 from zest.errors import BadRequestError, RequestError
 from zest.gateway.serving._attempts import give_up_or_record
+from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._requests import ChatMessage, SamplingFields
 from zest.gateway.serving._runtime import Runtime
@@ -71,6 +73,8 @@ class Generation:
     tools: ToolUse | None = None
     # Told what happens to the request: first token, each delta, how it ended.
     events: RequestEvents = field(default_factory=RequestEvents)
+    # Its part in a graceful shutdown (None: not tracked, as in unit tests).
+    activity: Activity | None = None
 
     @property
     def approximate(self) -> bool:
@@ -92,13 +96,19 @@ class Generation:
             if delta.finish_reason is not None:
                 return
             try:
-                delta = await next_delta(self.rest, self.deadline)
+                with self._awaiting():
+                    delta = await next_delta(self.rest, self.deadline)
             except Exception as exc:
                 self.events.failed(exc)
                 raise
 
+    def _awaiting(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext() if self.activity is None else self.activity.awaiting()
+
     async def aclose(self) -> None:
         self.events.closed()
+        if self.activity is not None:
+            self.activity.close()
         await self.rest.aclose()
 
 
@@ -125,7 +135,15 @@ async def start_generation(
     counted = await runtime.count_prompt(routes, route.model, asked)
     plan = runtime.plan(routes, name, route, prompt_tokens=counted)
     walk = _Walk(runtime, routes, plan, asked, body, request_id, deadline, events, tools)
-    return await walk.run()
+    activity = runtime.drain.track()  # a shutdown's grace covers the wait for the first token
+    try:
+        with activity.awaiting():
+            gen = await walk.run()
+    except BaseException:
+        activity.close()
+        raise
+    gen.activity = activity
+    return gen
 
 
 def _check_tools(name: str, route: RouteConfig, tools: ToolUse | None) -> None:

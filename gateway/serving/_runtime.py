@@ -26,6 +26,7 @@ from zest.engines import (
     load_tokenizer,
 )
 from zest.errors import RequestError, ServiceUnavailableError
+from zest.gateway.serving._drain import Drain
 from zest.gateway.serving._planning import plan_for
 from zest.gateway.serving._tokens import Tokens
 from zest.router import Device, LoadedRoutes, Placement, Plan, RouteConfig
@@ -33,7 +34,7 @@ from zest.router import Device, LoadedRoutes, Placement, Plan, RouteConfig
 __all__ = ["PreloadTarget", "Runtime", "Staged"]
 
 log = logging.getLogger("zest.gateway")
-State = Literal["starting", "loading", "ready", "failed"]
+State = Literal["starting", "loading", "ready", "failed", "stopping"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class Runtime:
     on_fatal: Callable[[str], None] | None = None
     state: State = "starting"
     preload_errors: list[str] = field(default_factory=list)
+    # Graceful shutdown: what is in flight, and whether new work is refused.
+    drain: Drain = field(default_factory=Drain)
     pool: EnginePool = field(init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -255,6 +258,12 @@ class Runtime:
             for model_id in dict.fromkeys(listed)
             if model_id not in placed
         ]
+
+    async def shut_down(self) -> None:
+        """Drain (SIGTERM): refuse new work, let what runs finish within the grace, then end
+        the rest with an error; readiness is 503 from the first moment."""
+        self.state = "stopping"
+        await self.drain.run()
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import PositiveInt, SecretStr
+from pydantic import Field, PositiveInt, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -25,6 +25,8 @@ class Settings(BaseSettings):
     privacy: Literal["standard", "strict"] = "standard"
     # Reload routes.yaml when the file changes (SIGHUP and POST /api/v1/admin/reload always do).
     watch: bool = True
+    # On SIGTERM: how long requests in flight may go on before they are ended with an error.
+    shutdown_grace_s: float = Field(default=20.0, ge=0, le=3600)
     # Security (README, Security). Keys are SecretStr so that no repr or log shows them; the
     # lists are plain comma-separated strings (pydantic-settings would parse a list as JSON).
     api_keys: SecretStr = SecretStr("")  # empty: no auth on the API

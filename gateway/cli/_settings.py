@@ -1,0 +1,37 @@
+"""What several commands share: the settings (environment, overridden by flags) and the
+checks a start makes on a routes file before anything loads."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from zest.errors import ConfigError
+from zest.gateway.serving import Preflight, Settings
+from zest.router import LoadedRoutes
+
+__all__ = ["preflight_or_raise", "settings_from"]
+
+
+def settings_from(**overrides: object) -> Settings:
+    """The settings, with the flags given (None: not given) over the ZEST_ variables."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return Settings(**given)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = [
+            f"ZEST_{'.'.join(str(p) for p in err['loc']).upper()} (or its flag): "
+            f"{err['msg'][0].lower()}{err['msg'][1:]}, got {err['input']!r}"
+            for err in exc.errors()
+        ]
+        raise ConfigError(problems) from None
+
+
+def preflight_or_raise(loaded: LoadedRoutes, settings: Settings) -> Preflight:
+    """The checks a start and a reload make before anything loads: ConfigError if any fails."""
+    from zest.engines import detect_inventory
+    from zest.gateway.serving import preflight
+
+    checked = preflight(loaded, detect_inventory(settings.emulate_devices).devices)
+    if checked.problems:
+        raise ConfigError(checked.problems)
+    return checked
