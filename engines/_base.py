@@ -121,6 +121,19 @@ class Tokenizer(ABC):
     # The texts of the model's control tokens (`<|im_start|>`, ...), read from its vocabulary
     # once; None: not known, so text is checked by tokenizing it both ways.
     control: re.Pattern[str] | None = None
+    # The longest token of the vocabulary, in UTF-8 bytes, and the context the model gets: with
+    # both known, a text too long to fit whatever its tokens is measured by its length alone.
+    max_token_bytes: int | None = None
+    context_length: int | None = None
+
+    def floor(self, characters: int) -> int | None:
+        """At least this many tokens for text of `characters` characters (no token covers more
+        than `max_token_bytes` bytes, a character at least one), when that alone is beyond
+        the model's context; None: the text must be counted."""
+        if not (self.max_token_bytes and self.context_length):
+            return None
+        least = -(-characters // self.max_token_bytes)
+        return least if least > self.context_length else None
 
     @abstractmethod
     def render_chat(self, messages: Sequence[Mapping[str, str]]) -> str:

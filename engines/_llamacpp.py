@@ -67,20 +67,24 @@ class LlamaCppTokenizer(Tokenizer):
     """A GGUF model's vocabulary and chat template: of a loaded model, or read from the file
     without its weights (`load`: llama.cpp's vocab_only, a few megabytes and milliseconds)."""
 
-    def __init__(self, model_id: str, path: Path, lib: Any, model: Any) -> None:
+    def __init__(
+        self, model_id: str, path: Path, lib: Any, model: Any, context_length: int | None
+    ) -> None:
         self.model_id, self.key, self._model = model_id, f"{model_id} ({path})", model
         self._lib = lib
         self._formatter = _chat_formatter(lib, model)
-        self.control = _control_texts(lib, model)
+        self.control, self.max_token_bytes = _read_vocabulary(lib, model)
+        self.context_length = context_length
 
     @classmethod
     def load(cls, model_id: str, config: LlamaCppModel, base_dir: Path) -> LlamaCppTokenizer:
         path = resolve_source(config.source, base_dir, config.revision)
+        context = config.context_length or gguf_facts(model_id, path).context_length
         llama_cpp, internals = _import_llama_cpp()
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
         model = _load_model(internals, model_id, path, params)
-        return cls(model_id, path, llama_cpp, model)
+        return cls(model_id, path, llama_cpp, model, context)
 
     def render_chat(self, messages: Sequence[Mapping[str, str]]) -> str:
         if self._formatter is None:
@@ -113,17 +117,19 @@ def _check_bias(job: GenerationJob, model_id: str, n_vocab: int) -> None:
         )
 
 
-def _control_texts(lib: Any, model: Any) -> re.Pattern[str] | None:
-    """The texts llama.cpp parses as special tokens: those it caches as special (control,
-    user-defined and unknown tokens), read once from the vocabulary (milliseconds)."""
+def _read_vocabulary(lib: Any, model: Any) -> tuple[re.Pattern[str] | None, int]:
+    """One pass over the vocabulary (milliseconds): the texts llama.cpp parses as special
+    tokens (those it caches as special: control, user-defined and unknown tokens), and the
+    longest token's length in bytes (any token: user-defined ones match plain text too)."""
     special = lib.LLAMA_TOKEN_ATTR_CONTROL | lib.LLAMA_TOKEN_ATTR_USER_DEFINED
     special |= lib.LLAMA_TOKEN_ATTR_UNKNOWN
-    vocab = model.vocab
-    return control_pattern(
-        token_piece(lib, vocab, token, True).decode("utf-8", "replace")
-        for token in range(model.n_vocab())
-        if lib.llama_vocab_get_attr(vocab, token) & special
-    )
+    vocab, controls, longest = model.vocab, [], 1
+    for token in range(model.n_vocab()):
+        piece = token_piece(lib, vocab, token, True)
+        longest = max(longest, len(piece))
+        if lib.llama_vocab_get_attr(vocab, token) & special:
+            controls.append(piece.decode("utf-8", "replace"))
+    return control_pattern(controls), longest
 
 
 def gguf_facts(model_id: str, path: Path) -> GgufFacts:
@@ -178,7 +184,11 @@ def threads_on(device: Device, config: LlamaCppModel) -> int:
 
 def _load_model(internals: Any, model_id: str, path: Path, params: Any) -> Any:
     try:
-        return internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+        # verbose=True: llama-cpp-python would otherwise swap fds 1 and 2 for /dev/null around
+        # the load, which is not thread-safe: a tokenizer and an engine loading at once could
+        # leave the process's stdout and stderr on /dev/null for good. llama.cpp's own lines
+        # come through route_llama_log either way.
+        return internals.LlamaModel(path_model=str(path), params=params, verbose=True)
     except (ValueError, RuntimeError) as exc:
         raise EngineError(f"model {model_id!r}: llama.cpp could not load {path}: {exc}") from exc
 
@@ -226,7 +236,9 @@ class LlamaCppEngine(Engine):
         params.n_gpu_layers = -1 if self._uses_real_gpu() else 0
         self._model = _load_model(internals, self.model_id, self._path, params)
         self.context_length = self.config.context_length or self._model.n_ctx_train()
-        self._tokenizer = LlamaCppTokenizer(self.model_id, self._path, llama_cpp, self._model)
+        self._tokenizer = LlamaCppTokenizer(
+            self.model_id, self._path, llama_cpp, self._model, self.context_length
+        )
         self._runner = self._start_runner()
         return self.info()
 

@@ -64,22 +64,26 @@ class OnnxGenaiTokenizer(Tokenizer):
     """An ONNX Runtime GenAI model folder's tokenizer and chat template: of a loaded model, or
     read from the folder's tokenizer files without the ONNX graph (`load`: og.Config)."""
 
-    def __init__(self, model_id: str, folder: Path, source: Any) -> None:
+    def __init__(
+        self, model_id: str, folder: Path, source: Any, context_length: int | None
+    ) -> None:
         self.model_id, self.key = model_id, f"{model_id} ({folder})"
         self._tokenizer = _og_tokenizer(source, model_id, folder)
         self._plain = _og_tokenizer(source, model_id, folder)  # adds no special tokens
         self._plain.update_options(add_special_tokens="false")
-        self.control = _control_texts(folder)
+        self.control, self.max_token_bytes = _read_tokenizer_json(folder)
+        self.context_length = context_length
 
     @classmethod
     def load(cls, model_id: str, config: OnnxGenaiModel, base_dir: Path) -> OnnxGenaiTokenizer:
         folder = _model_dir(config, base_dir)
+        built = _model_section(_read_genai_config(folder, model_id)).get("context_length")
         og = _import_og()
         try:
             og_config = og.Config(str(folder))
         except RuntimeError as exc:
             raise EngineError(f"model {model_id!r}: cannot read {folder}: {exc}") from exc
-        return cls(model_id, folder, og_config)
+        return cls(model_id, folder, og_config, config.context_length or built)
 
     @property
     def eos(self) -> frozenset[int]:
@@ -114,13 +118,30 @@ class OnnxGenaiTokenizer(Tokenizer):
         return tokens
 
 
-def _control_texts(folder: Path) -> re.Pattern[str] | None:
-    """The texts of the folder's special tokens (tokenizer.json's added tokens)."""
+def _read_tokenizer_json(folder: Path) -> tuple[re.Pattern[str] | None, int | None]:
+    """From the folder's tokenizer.json: the texts of its special tokens (added tokens), and
+    its longest token in UTF-8 bytes (a byte-level vocabulary spells a byte per character,
+    so this bounds the bytes a token covers). (None, None) when the file cannot tell."""
     try:
-        added = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["added_tokens"]
-    except (OSError, ValueError, KeyError):
+        data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+        added = data["added_tokens"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
+    control = control_pattern(t["content"] for t in added if t.get("special"))
+    return control, _longest_token(data.get("model"), added)
+
+
+def _longest_token(model: Any, added: list[dict[str, Any]]) -> int | None:
+    """A BPE vocabulary maps pieces to ids, a unigram one lists [piece, score] pairs."""
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, dict):
+        pieces = list(vocab)
+    elif isinstance(vocab, list):
+        pieces = [entry[0] for entry in vocab if isinstance(entry, list) and entry]
+    else:
         return None
-    return control_pattern(t["content"] for t in added if t.get("special"))
+    pieces += [str(token.get("content", "")) for token in added]
+    return max((len(str(piece).encode("utf-8")) for piece in pieces), default=0) or None
 
 
 def _og_tokenizer(source: Any, model_id: str, folder: Path) -> Any:
@@ -163,7 +184,7 @@ class OnnxGenaiEngine(Engine):
             raise EngineError(
                 f"model {self.model_id!r}: onnxruntime-genai could not load {self._dir}: {exc}"
             ) from exc
-        self._tokenizer = OnnxGenaiTokenizer(self.model_id, self._dir, self._model)
+        self._tokenizer = OnnxGenaiTokenizer(self.model_id, self._dir, self._model, self._context)
         self._eos = self._tokenizer.eos
         self._backend = _backend(og.__version__, providers, split, self.config.options.n_threads)
         self._worker = GenerationWorker(

@@ -70,6 +70,9 @@ class Trimmed:
     tokens_before: int
     trimmed_tokens: int
     messages_dropped: int = 0
+    # tokens_before (so trimmed_tokens) is a lower bound: the prompt was measured by its
+    # length alone, being far beyond the context (counting it would cost seconds of CPU).
+    at_least: bool = False
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ def zest_extension(gen: Generation) -> dict[str, Any]:
             "strategy": gen.trimmed.strategy,
             "messages_dropped": gen.trimmed.messages_dropped,
             "prompt_tokens_before": gen.trimmed.tokens_before,
+            "at_least": gen.trimmed.at_least,
         }
     if gen.approximate:
         info["approximate_tokens"] = True
@@ -91,6 +92,8 @@ def trimmed_header(trimmed: Trimmed) -> str:
     header = f"tokens={trimmed.trimmed_tokens}; strategy={trimmed.strategy}"
     if trimmed.strategy == "turns":
         header += f"; messages_dropped={trimmed.messages_dropped}"
+    if trimmed.at_least:
+        header += "; at_least=true"
     return header
 
 

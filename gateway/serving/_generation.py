@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from zest.engines import (
@@ -26,7 +26,7 @@ from zest.engines import (
     StageStats,
     Tokenizer,
 )
-from zest.errors import BadRequestError, RequestError
+from zest.errors import BadRequestError, ContextLengthExceededError, RequestError
 from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
@@ -277,6 +277,9 @@ class _Walk:
             trimming=trimming,
         )
         tokens = Tokens(self.prompt, tokenizer)
+        if not trimming and (limit is not None or context is not None):
+            most, why = (limit.tokens, limit.why) if limit else (context, "its context")
+            _refuse_by_length(tokens, info.model, most or 0, why)
         fitted = fit_prompt(
             self.prompt.messages,
             count=tokens.count,
@@ -284,6 +287,8 @@ class _Walk:
             trim=route.trim_mode if trimming else None,
             model=info.model,
         )
+        if fitted.trimmed is not None and tokens.floor(self.prompt.messages) is not None:
+            fitted = replace(fitted, trimmed=replace(fitted.trimmed, at_least=True))
         budget = plan_budget(
             prompt_tokens=fitted.prompt_tokens,
             requested=requested,
@@ -328,6 +333,20 @@ class _Walk:
             if self.tools
             else _response_format(route, body),
         )
+
+
+def _refuse_by_length(tokens: Tokens, model: str, most: int, why: str) -> None:
+    """A prompt too long for the model by its length alone is refused before it is tokenized
+    (an 8 MB prompt costs seconds of CPU to count, for an answer known in advance)."""
+    floor, tokenizer = tokens.floor(tokens.prompt.messages), tokens.tokenizer
+    if floor is None or tokenizer is None or floor <= most:
+        return
+    characters = sum(len(m["content"]) for m in tokens.prompt.messages)
+    raise ContextLengthExceededError(
+        f"the prompt is at least {floor} tokens ({characters} characters; no token of model "
+        f"{model!r} spans more than {tokenizer.max_token_bytes} bytes), over the limit of "
+        f"{most} ({why}): shorten the messages or the prompt"
+    )
 
 
 def _response_format(route: RouteConfig, body: SamplingFields) -> ResponseFormat | None:

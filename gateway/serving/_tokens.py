@@ -31,4 +31,14 @@ class Tokens:
     def count(self, messages: Sequence[Mapping[str, str]]) -> int:
         if self.tokenizer is None:
             return approximate_tokens(messages)
+        floor = self.floor(messages)
+        if floor is not None:  # beyond the context whatever its tokens: not worth seconds of CPU
+            return floor
         return len(self.variant(messages).encode(self.tokenizer))
+
+    def floor(self, messages: Sequence[Mapping[str, str]]) -> int | None:
+        """At least this many tokens, from the text's length alone, when that is already
+        beyond the model's context (None: the text is short enough to be counted)."""
+        if self.tokenizer is None:
+            return None
+        return self.tokenizer.floor(sum(len(m["content"]) for m in messages))

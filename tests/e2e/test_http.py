@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -315,3 +316,32 @@ def test_an_empty_task_input_is_a_400_not_invented_text(
     reply = http.post("/v1/tasks/summarization", json=body)
     assert reply.status_code == 400
     assert "is empty: send some text" in error_of(reply)["message"]
+
+
+def test_a_prompt_too_long_by_its_length_alone_is_refused_without_counting_it(
+    http: httpx.Client,
+) -> None:
+    """Six 7 MB prompts at once: each refused from its length (no token of SmolLM2 spans more
+    than 81 bytes), never tokenized (seconds of CPU each), while the server keeps answering."""
+    body = {"model": "autocomplete", "prompt": "lorem ipsum " * 600_000}
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=str(http.base_url), timeout=120) as client:
+            return list(
+                await asyncio.gather(
+                    *(client.post("/v1/completions", json=body) for _ in range(6)),
+                    client.get("/v1/health"),
+                )
+            )
+
+    *refused, health = asyncio.run(burst())
+    assert health.status_code == 200
+    for reply in refused:
+        assert reply.status_code == 400
+        error = error_of(reply)
+        assert error["code"] == "context_length_exceeded"
+        assert error["message"] == (
+            "the prompt is at least 88889 tokens (7200000 characters; no token of model "
+            "'smollm2' spans more than 81 bytes), over the limit of 4096 (its context): shorten "
+            "the messages or the prompt"
+        )
