@@ -5,6 +5,7 @@ which batches the inputs of a request and pools them as the model's metadata say
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,10 @@ from zest.router import LlamaCppModel, Placement, kind_of
 
 __all__ = ["LlamaCppEmbedder"]
 
+# llama-cpp-python's quiet load swaps fds 1 and 2 for /dev/null and back: two at once would
+# restore the wrong ones.
+_QUIET_LOAD = threading.Lock()
+
 
 class LlamaCppEmbedder(Engine):
     name = kind_of(LlamaCppModel)
@@ -55,16 +60,17 @@ class LlamaCppEmbedder(Engine):
         # An encoder reads each input whole in one batch: batch sizes are the context.
         context = self.config.context_length or facts.context_length or 512
         try:
-            self._llama = llama_cpp.Llama(
-                str(self._path),
-                embedding=True,
-                n_ctx=context,
-                n_batch=context,
-                n_ubatch=context,
-                n_threads=threads_on(self.placement.decode, self.config),
-                n_gpu_layers=0,
-                verbose=False,
-            )
+            with _QUIET_LOAD:  # its quiet load swaps fds 1 and 2: one at a time
+                self._llama = llama_cpp.Llama(
+                    str(self._path),
+                    embedding=True,
+                    n_ctx=context,
+                    n_batch=context,
+                    n_ubatch=context,
+                    n_threads=threads_on(self.placement.decode, self.config),
+                    n_gpu_layers=0,
+                    verbose=False,
+                )
         except (ValueError, RuntimeError) as exc:
             raise EngineError(
                 f"model {self.model_id!r}: llama.cpp could not load {self._path}: {exc}"

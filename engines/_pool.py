@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob
+from zest.engines._memory import release_freed_memory
 from zest.errors import RequestError, ServiceUnavailableError
 from zest.router import ModelConfig, Placement
 
@@ -185,6 +186,7 @@ class EnginePool:
             del self._entries[entry.spec.key]
         log.info("model %s on %s unloaded: %s", entry.info.model, entry.info.device, reason)
         await entry.engine.close()
+        await asyncio.to_thread(release_freed_memory)
 
     def retire_changed(self) -> list[LoadedEngine]:
         """After a reload: retire engines whose model is gone or defined anew, and bring back
