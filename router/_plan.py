@@ -82,14 +82,20 @@ class Plan:
 def find_route(name: str, kind: Kind | None, routes: RoutesFile) -> RouteConfig:
     """The route for a task name (or a model id when exposed); `kind` is the endpoint's."""
     route = routes.routes.get(name)
-    if route is None and routes.expose_models and name in routes.models:
-        # A client naming a remote model by id chose to send its prompt there.
+    if route is None and routes.exposes(name):
+        # A client naming a remote model by id (expose_models: all) chose to send it there.
         remote = routes.models[name].engine == REMOTE_ENGINE
         route = RouteConfig(
             kind=kind or "chat", model=name, privacy="allow_remote" if remote else "local_only"
         )
+    if route is None and routes.expose_models and name in routes.models:
+        raise UnknownTaskError(
+            f"model {name!r} is remote, and expose_models: true lets clients name local models "
+            "only: route a task to it (privacy: allow_remote), or set expose_models: all"
+        )
     if route is None:
-        known = sorted(routes.routes) + (sorted(routes.models) if routes.expose_models else [])
+        exposed = sorted(m for m in routes.models if routes.exposes(m))
+        known = sorted(routes.routes) + exposed
         raise UnknownTaskError(
             f"unknown task {name!r}: use one of {', '.join(known)} (GET /v1/models lists them)"
         )
@@ -291,8 +297,7 @@ def _substitute_cpu(p: _Planner, device: str) -> None:
     if "cpu" not in p.usable or not p.route.allow_cpu:
         return
     last = p.removed[-1].removeprefix(p.prefix) if p.removed else ""
-    # The CPU stands in for the missing device: not a failure, so not listed as skipped.
-    p.skipped = [s for s in p.skipped if not s.startswith(f"{p.model} on {device}:")]
+    # The pinned device left out stays in `skipped`: the answer's x-zest-fallbacks names it.
     p.add(
         "cpu",
         "cpu",

@@ -410,7 +410,17 @@ class Lifecycle(_Strict):
 
 class RoutesFile(_Strict):
     version: Literal[1]
-    expose_models: bool = False
+    # true: clients may name a local model by its id; all: remote ones too (their prompts then
+    # leave the machine with no route's privacy to say so: zest check warns).
+    expose_models: bool | Literal["all"] = False
+
+    def exposes(self, model_id: str) -> bool:
+        """Whether a client may name this model by its id."""
+        model = self.models.get(model_id)
+        if model is None or not self.expose_models:
+            return False
+        return model.local or self.expose_models == "all"
+
     lifecycle: Lifecycle = Lifecycle()
     models: dict[str, ModelConfig]
     routes: dict[str, RouteConfig]

@@ -130,16 +130,21 @@ def _explain(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     settings = settings_from(routes=args.file)
     loaded = load_routes(routes_file(settings.routes))
-    facts = {} if args.no_models else preflight_or_raise(loaded, settings).facts
+    facts: dict[str, ModelFacts] = {}
+    if not args.no_models:
+        checked = preflight_or_raise(loaded, settings)
+        for warning in checked.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        facts = checked.facts
     _print_routes(loaded)
     if facts:
         print()
         _print_models(loaded, facts)
     config = loaded.config
-    checked = "the file alone" if args.no_models else "the file and its model files"
+    scope = "the file alone" if args.no_models else "the file and its model files"
     print(
         f"\n{loaded.path}: OK ({_count(len(config.routes), 'route')}, "
-        f"{_count(len(config.models), 'model')}; checked {checked})"
+        f"{_count(len(config.models), 'model')}; checked {scope})"
     )
     return 0
 

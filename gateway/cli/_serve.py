@@ -59,7 +59,8 @@ def _serve(args: argparse.Namespace) -> int:
     if warning := exposure_warning(settings.host, settings.port, policy):
         log.warning(warning)
     routes = load_routes(routes_file(settings.routes))
-    preflight_or_raise(routes, settings)  # what zest check refuses never starts
+    for warning in preflight_or_raise(routes, settings).warnings:  # refused: never starts
+        log.warning("%s", warning)
     runtime = Runtime(
         routes,
         detect_inventory(settings.emulate_devices),

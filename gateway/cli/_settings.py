@@ -27,7 +27,8 @@ def settings_from(**overrides: object) -> Settings:
 
 
 def preflight_or_raise(loaded: LoadedRoutes, settings: Settings) -> Preflight:
-    """The checks a start and a reload make before anything loads: ConfigError if any fails."""
+    """The checks a start and a reload make before anything loads: ConfigError if any fails
+    (the warnings are the caller's to show)."""
     from zest.engines import detect_inventory
     from zest.gateway.serving import preflight
 

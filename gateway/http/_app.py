@@ -365,8 +365,8 @@ def _model_entries(config: RoutesFile) -> dict[str, dict[str, Any]]:
         }
         for task, route in config.routes.items()
     }
-    if config.expose_models:
-        for model_id, model in config.models.items():
+    for model_id, model in config.models.items():
+        if config.exposes(model_id):
             entries.setdefault(
                 model_id,
                 {

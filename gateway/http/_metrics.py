@@ -128,7 +128,7 @@ class Metrics:
         if self.runtime is None:
             return name
         config = self.runtime.routes.config
-        known = name in config.routes or (config.expose_models and name in config.models)
+        known = name in config.routes or config.exposes(name)
         return name if known else UNKNOWN
 
     def scrape(self) -> bytes:
@@ -326,12 +326,23 @@ class RuntimeCollector(Collector):
         )
         models = GaugeMetricFamily(
             "zest_model_loaded",
-            "1 for each loaded model, with its engine and device.",
+            "Engines loaded for a model on a device: 1, or 2 while a reload's retired engine "
+            "finishes its requests.",
             labels=("model", "engine", "device"),
         )
+        # Summed per label set: a reload's new engine and the retired one finishing its requests
+        # are one model on one device (two series of the same labels would be invalid).
+        depths: dict[tuple[str, str], int] = {}
+        engines: dict[tuple[str, str, str], int] = {}
         for info, pending in loaded:
-            queue.add_metric((info.model, info.device), pending)
-            models.add_metric((info.model, info.engine, info.device), 1)
+            where = (info.model, info.device)
+            depths[where] = depths.get(where, 0) + pending
+            what = (info.model, info.engine, info.device)
+            engines[what] = engines.get(what, 0) + 1
+        for where, depth in depths.items():
+            queue.add_metric(where, depth)
+        for what, count in engines.items():
+            models.add_metric(what, count)
         yield queue
         yield models
         yield GaugeMetricFamily(

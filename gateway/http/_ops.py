@@ -101,9 +101,11 @@ async def ready(runtime: Runtime) -> Response[Any]:
     it, or its models failed to load). Liveness is /health."""
     inventory = describe_inventory(runtime.inventory)
     unservable = runtime.unservable()
+    ready = runtime.state == "ready" and not unservable
     body = {
-        "status": runtime.state,
-        "ready": runtime.state == "ready" and not unservable,
+        # degraded: the warm start is done, but some route cannot be served here.
+        "status": "degraded" if runtime.state == "ready" and unservable else runtime.state,
+        "ready": ready,
         "unservable_routes": unservable,
         "models": describe_loaded(runtime),
         "loading": [model for model, _, _ in runtime.pool.loading()],

@@ -24,8 +24,7 @@ def give_up_or_record(
     kind = classify_failure(error, loading=loading)
     line = f"{attempt.model} on {attempt.device}: {kind or 'error'}: {error.message}"
     if last or not may_advance(kind, route):
-        if fallbacks:
-            error.tried = [*fallbacks, line]
+        error.tried = [*fallbacks, line]  # even a single attempt: the answer says what failed
         raise error
     fallbacks.append(line)
     return kind or "error"

@@ -23,37 +23,78 @@ __all__ = ["Preflight", "preflight"]
 
 @dataclass(frozen=True)
 class Preflight:
-    """What the model files said (by model id) and every problem found, one line each."""
+    """What the model files said (by model id), every problem found (the table is refused)
+    and every warning (it serves, less well), one line each."""
 
     facts: dict[str, ModelFacts] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def preflight(routes: LoadedRoutes, devices: Mapping[str, Device] | None = None) -> Preflight:
     """Check `routes` against its model files (blocking: run it in a thread). With `devices`
     (this machine's inventory), routes whose device is auto are checked where they would run."""
-    facts, problems = _inspect_models(routes)
+    facts, unreadable, problems = _inspect_models(routes)
     config = routes.config
+    required = _required_models(routes)
+    warnings = []
+    for model_id, message in unreadable.items():
+        line = f"models.{model_id}.source: {message}"
+        if model_id in required:
+            problems.append(line)
+        else:  # as a start: a route with a fallback serves on without it
+            warnings.append(f"{line} (no route needs it alone: its routes fall back)")
+    warnings += _exposure_warnings(routes)
     for task, route in config.routes.items():
         problems += _route_problems(routes, task, route, facts)
         if devices is not None:
             problems += _placement_problems(routes, task, route, facts, devices)
-    return Preflight(facts, [f"{routes.path}: {problem}" for problem in problems])
+    name = routes.path
+    return Preflight(facts, [f"{name}: {p}" for p in problems], [f"{name}: {w}" for w in warnings])
 
 
-def _inspect_models(routes: LoadedRoutes) -> tuple[dict[str, ModelFacts], list[str]]:
+def _inspect_models(
+    routes: LoadedRoutes,
+) -> tuple[dict[str, ModelFacts], dict[str, str], list[str]]:
+    """Each model's facts, why the unreadable ones could not be read, and the problems."""
     facts: dict[str, ModelFacts] = {}
+    unreadable: dict[str, str] = {}
     problems: list[str] = []
     for model_id, config in routes.config.models.items():
         try:
             found = inspect_model(model_id, config, routes.base_dir)
         except RequestError as exc:  # missing, unreadable, not a model file
-            problems.append(f"models.{model_id}.source: {exc.message}")
+            unreadable[model_id] = exc.message
             continue
         if found is not None:
             facts[model_id] = found
             problems += _context_problems(model_id, config, found)
-    return facts, problems
+    return facts, unreadable, problems
+
+
+def _exposure_warnings(routes: LoadedRoutes) -> list[str]:
+    config = routes.config
+    remote = sorted(m for m, model in config.models.items() if not model.local)
+    if config.expose_models != "all" or not remote:
+        return []
+    return [
+        f"expose_models: all lets any client send its prompts to the remote model(s) "
+        f"{', '.join(remote)} by id, whatever the routes' privacy says: use expose_models: "
+        "true (local models only) unless that is meant"
+    ]
+
+
+def _required_models(routes: LoadedRoutes) -> set[str]:
+    """Models a start cannot do without (as its warm start judges them): listed in
+    lifecycle.preload, or the own model of a route that has nothing to fall back on."""
+    config = routes.config
+    listed = () if config.lifecycle.preload == "routes" else config.lifecycle.preload
+    alone = {
+        route.model
+        for route in config.routes.values()
+        if not route.fallback or route.on_failure == "return_error"
+    }
+    return set(listed) | alone
 
 
 def _context_problems(model_id: str, config: ModelConfig, facts: ModelFacts) -> list[str]:

@@ -96,6 +96,8 @@ class Reloader:
         checked = preflight(routes, self.runtime.devices)
         if checked.problems:
             raise ConfigError(checked.problems)
+        for warning in checked.warnings:
+            log.warning("reload: %s", warning)
         return routes
 
     def _reject(self, trigger: Trigger, problems: list[str]) -> ReloadOutcome:

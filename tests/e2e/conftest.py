@@ -108,12 +108,26 @@ def start_server(
 ) -> Server:
     """`zest serve` on a free port, returned once ready (not just live): the warm start has
     loaded its models (or failed, and the process exits with the reason in its log).
-    `until="health"`: once live, for a server meant never to be ready."""
+    `until="health"`: once live; `until="warm"`: once the warm start is done, for a server
+    with routes meant to be unservable here (its readiness stays 503)."""
     base_url = f"http://127.0.0.1:{free_port()}"
     command = [str(ZEST), "serve", "--routes", str(routes), "--port", base_url.rsplit(":", 1)[1]]
     env = {**os.environ, **(extra_env or {})}
-    process = spawn_until_answering(command, log_path, f"{base_url}/api/v1/{until}", env)
-    return Server(base_url, log_path, process)
+    probe = "health" if until == "warm" else until
+    process = spawn_until_answering(command, log_path, f"{base_url}/api/v1/{probe}", env)
+    server = Server(base_url, log_path, process)
+    if until == "warm":
+        wait_warm(server)
+    return server
+
+
+def wait_warm(server: Server, timeout: float = 120.0) -> None:
+    """Until the warm start is done (readiness may still be 503: unservable routes)."""
+    deadline = time.monotonic() + timeout
+    while httpx.get(f"{server.v1}/ready", timeout=10).json()["status"] == "loading":
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the warm start did not end within {timeout}s:\n{server.log()}")
+        time.sleep(0.05)
 
 
 def stop_server(server: Server) -> None:

@@ -102,3 +102,32 @@ def test_a_fifo_as_the_model_source_is_refused_at_once(tmp_path: Path) -> None:
         f"{path}: models.m.source: model source {tmp_path / 'model.gguf'} is not a regular file "
         "or folder (a FIFO, socket or device?): point source at the model file itself"
     ]
+
+
+def test_a_missing_model_that_routes_fall_back_from_is_a_warning(tmp_path: Path) -> None:
+    """As the warm start judges it: a route with a fallback serves on without its model."""
+    path = write(
+        tmp_path,
+        f"  gone: {{engine: llamacpp, source: gone.gguf}}\n  m: {{engine: llamacpp, source: "
+        f"'{SMOLLM2}'}}\n",
+        "  chat: {kind: chat, model: gone, fallback: [{model: m}], max_tokens: 64}\n",
+    )
+    checked = zest("check", str(path))
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stderr.splitlines() == [
+        f"warning: {path}: models.gone.source: model file not found: {tmp_path}/gone.gguf: copy "
+        "the model there or fix the source path (no route needs it alone: its routes fall back)"
+    ]
+
+
+def test_exposing_remote_models_by_id_is_explicit_and_warned(tmp_path: Path) -> None:
+    remote = "  up: {engine: remote, base_url: 'http://127.0.0.1:9/v1', model: x}\n"
+    path = write(tmp_path, remote, "  chat: {kind: chat, model: up, privacy: allow_remote}\n")
+    path.write_text(path.read_text().replace("version: 1\n", "version: 1\nexpose_models: all\n"))
+    checked = zest("check", str(path))
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stderr.splitlines() == [
+        f"warning: {path}: expose_models: all lets any client send its prompts to the remote "
+        "model(s) up by id, whatever the routes' privacy says: use expose_models: true (local "
+        "models only) unless that is meant"
+    ]

@@ -87,6 +87,12 @@ routes:
     max_tokens: 8
     context: {{on_overflow: trim}}
     fallback: [{{model: tiny}}]
+  local-middle:
+    kind: chat
+    model: smollm2
+    device: cpu
+    max_tokens: 8
+    context: {{max_prompt_tokens: 200, on_overflow: trim, trim: middle}}
   untrimmed:
     kind: chat
     model: smollm2
@@ -138,7 +144,10 @@ def routes_file(tmp_path_factory: pytest.TempPathFactory, upstream_proxy: Proxy)
 def zest(tmp_path_factory: pytest.TempPathFactory, routes_file: Path) -> Iterator[Server]:
     # debug: the most talkative log level, so that the privacy test greps everything
     env = {"ZEST_LOG_LEVEL": "debug", "ZEST_EMULATE_DEVICES": "", "ZEST_PRIVACY": "standard"}
-    running = start_server(routes_file, tmp_path_factory.mktemp("zest") / "zest.log", env)
+    # private-npu can never run here: readiness stays 503 (degraded) once the start is done.
+    running = start_server(
+        routes_file, tmp_path_factory.mktemp("zest") / "zest.log", env, until="warm"
+    )
     yield running
     stop_server(running)
 
@@ -146,7 +155,9 @@ def zest(tmp_path_factory: pytest.TempPathFactory, routes_file: Path) -> Iterato
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory: pytest.TempPathFactory, routes_file: Path) -> Iterator[Server]:
     env = {"ZEST_PRIVACY": "strict", "ZEST_EMULATE_DEVICES": ""}
-    running = start_server(routes_file, tmp_path_factory.mktemp("strict") / "zest.log", env)
+    running = start_server(
+        routes_file, tmp_path_factory.mktemp("strict") / "zest.log", env, until="warm"
+    )
     yield running
     stop_server(running)
 
@@ -408,6 +419,23 @@ def test_middle_trimming_keeps_head_and_tail_and_marks_the_cut(zest: Server, pro
     assert user["content"].endswith("river bank.  END.")
     assert " tokens trimmed …] " in user["content"]
     assert len(user["content"]) < len(text)
+
+
+def test_a_prompt_far_beyond_the_context_is_trimmed_from_its_length_and_says_so(
+    zest: Server,
+) -> None:
+    """2 MB of input: the parts too long to fit by their length alone are measured by it
+    (never tokenized), so the count before trimming is a lower bound, and the answer says so."""
+    text = "BEGIN. " + "lorem ipsum dolor sit amet " * 80_000 + " END."
+    reply = post(zest, "local-middle", {"messages": [{"role": "user", "content": text}]})
+    assert reply.status_code == 200, reply.text
+    trimmed = reply.json()["zest"]["trimmed"]
+    assert trimmed["at_least"] is True
+    assert trimmed["prompt_tokens_before"] > 2048  # beyond the context, by length alone
+    assert reply.json()["usage"]["prompt_tokens"] <= 200
+    assert reply.headers["x-zest-trimmed"] == (
+        f"tokens={trimmed['tokens']}; strategy=middle; at_least=true"
+    )
 
 
 # --- privacy -----------------------------------------------------------------------------------

@@ -281,6 +281,10 @@ def test_readiness_is_503_while_a_route_cannot_be_served(tmp_path: Path) -> None
             f"{server.v1}/chat/completions", json={**HELLO, "model": "broken"}, timeout=60
         )
         assert failed.status_code == 500, failed.text
+        # A single attempt's failure still says which attempt failed, and why.
+        assert failed.headers["x-zest-fallbacks"].startswith(
+            f"cut on cpu: error: model 'cut': llama.cpp could not load {broken}: "
+        )
         ready = httpx.get(f"{server.v1}/ready", timeout=10)
         assert ready.status_code == 503
         (reason,) = ready.json()["unservable_routes"].values()

@@ -28,7 +28,7 @@ routes:
   story: {{kind: completion, model: smol, device: cpu, max_tokens: 1024,
            sampling: {{temperature: 0, stop: []}}}}
 """
-GRACE_S = 3.0
+GRACE_S = 8.0  # room for the short stream to finish on a loaded machine
 
 
 def serve(folder: Path) -> Server:
@@ -64,7 +64,7 @@ def wait_exit(server: Server, timeout: float) -> int:
 
 def test_sigterm_drains_refuses_new_work_and_exits_0(tmp_path: Path) -> None:
     server = serve(tmp_path)
-    short, long = Streamed(server, max_tokens=16), Streamed(server, max_tokens=1024)
+    short, long = Streamed(server, max_tokens=8), Streamed(server, max_tokens=1024)
     long.start()
     assert long.first.wait(60), server.log()
     short.start()
@@ -87,7 +87,7 @@ def test_sigterm_drains_refuses_new_work_and_exits_0(tmp_path: Path) -> None:
     long.join(30)
     error = json.loads(long.events[-1])["error"]  # cut after the grace, with an error event
     assert error["code"] == "shutting_down"
-    assert "after the 3s grace" in error["message"]
+    assert "after the 8s grace" in error["message"]
     assert code == 0
     log = server.log()
     assert "Traceback" not in log

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.unit.gateway.generations import CPU, failing_after_one
 from tests.unit.gateway.generations import generation as scripted
 from zest import errors
-from zest.engines import Delta, Inventory, StageStats
+from zest.engines import Delta, EngineInfo, EngineSpec, Inventory, LoadedEngine, StageStats
 from zest.errors import (
     BadRequestError,
     ContextLengthExceededError,
@@ -32,13 +32,14 @@ from zest.gateway.http._responses import collect_body, sse_events
 from zest.gateway.serving._generation import Generation
 from zest.gateway.serving._runtime import Runtime
 from zest.policies import Trimmed
-from zest.router import Device, load_routes
+from zest.router import Device, Placement, load_routes
 
 ROUTES = Path(__file__).resolve().parents[3] / "routes.yaml"
 NPU = Device("npu", frozenset({"llamacpp"}), "emulated (ZEST_EMULATE_DEVICES)", emulated=True)
 HYBRID_STATS = StageStats(
     "npu(emulated)", "gpu(emulated)", 120.0, handoff_ms=8.0, handoff_bytes=1000, decode_ms=300.0
 )
+CPU_PLACEMENT = Placement(CPU, CPU)
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -320,3 +321,34 @@ def test_two_apps_in_one_process_keep_their_own_counts() -> None:
     labels = {"task": "chat", "model": "none", "device": "none", "outcome": "bad_request"}
     assert value(samples(first), "zest_requests_total", **labels) == 1
     assert value(samples(second), "zest_requests_total", **labels) == 0
+
+
+class _Queued:
+    """Just enough of an engine for the pool's listing: its queue depth."""
+
+    def __init__(self, pending: int) -> None:
+        self._pending = pending
+
+    def pending(self) -> int:
+        return self._pending
+
+
+def test_a_reloaded_model_beside_its_retired_engine_is_one_series() -> None:
+    """While a reload's new engine serves and the retired one finishes, both are the same
+    model on the same device: one series each, summed (duplicate series are invalid)."""
+    served = runtime({"cpu": CPU})
+    info = EngineInfo("llamacpp", "smollm2", "cpu", "llama.cpp", 4096, "m.gguf")
+    for fingerprint, pending, retired in (("old", 2, True), ("new", 1, False)):
+        spec = EngineSpec("smollm2", served.routes.config.models["smollm2"], Path(), CPU_PLACEMENT)
+        entry = LoadedEngine(spec, _Queued(pending), info, 0.0, 0.0, retired=retired)  # type: ignore[arg-type]
+        served.pool._entries[("smollm2", fingerprint, "cpu")] = entry
+    text = Metrics(served).scrape().decode()
+    lines = [
+        line
+        for line in text.splitlines()
+        if line.startswith(("zest_model_loaded{", "zest_queue_depth{"))
+    ]
+    assert lines == [
+        'zest_queue_depth{device="cpu",model="smollm2"} 3.0',
+        'zest_model_loaded{device="cpu",engine="llamacpp",model="smollm2"} 2.0',
+    ]

@@ -303,7 +303,7 @@ def test_a_chain_entry_on_a_missing_device_runs_on_cpu_when_allowed() -> None:
             "cpu",
             "fallback 1 (tiny): fallback to cpu: gpu: gpu is not available (found: cpu); "
             "allow_cpu is true",
-            (),
+            ("tiny on gpu: device unavailable: gpu is not available (found: cpu)",),
         ),
     ]
 
@@ -363,18 +363,25 @@ def test_a_chain_that_cannot_run_anywhere_names_every_reason() -> None:
     )
 
 
-def test_an_exposed_remote_model_may_reach_its_upstream() -> None:
-    routes = parse_routes(
-        """\
+EXPOSED = """\
 version: 1
-expose_models: true
+expose_models: EXPOSE
 models:
   small: {engine: llamacpp, source: m.gguf}
   upstream: {engine: remote, base_url: 'http://127.0.0.1:9/v1', model: x}
 routes:
   chat: {kind: chat, model: small}
-""",
-        "routes.yaml",
+"""
+
+
+def test_a_remote_model_is_reachable_by_id_only_when_exposed_explicitly() -> None:
+    local_only = parse_routes(EXPOSED.replace("EXPOSE", "true"), "routes.yaml")
+    assert find_route("small", "chat", local_only).privacy == "local_only"
+    with pytest.raises(UnknownTaskError) as refused:
+        find_route("upstream", "chat", local_only)
+    assert refused.value.message == (
+        "model 'upstream' is remote, and expose_models: true lets clients name local models "
+        "only: route a task to it (privacy: allow_remote), or set expose_models: all"
     )
-    assert find_route("upstream", "chat", routes).privacy == "allow_remote"
-    assert find_route("small", "chat", routes).privacy == "local_only"
+    everything = parse_routes(EXPOSED.replace("EXPOSE", "all"), "routes.yaml")
+    assert find_route("upstream", "chat", everything).privacy == "allow_remote"
