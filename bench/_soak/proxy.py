@@ -100,6 +100,10 @@ class FaultProxy:
                 await self._answer(fault, request, reader, writer)
         except (ConnectionError, OSError, httpx.HTTPError):
             pass  # the client went away, or the upstream did: the connection ends here
+        except asyncio.CancelledError:
+            # Stopping: end quietly (asyncio 3.11's stream callback would print a cancelled
+            # handler's CancelledError as an error).
+            pass
         finally:
             self.in_flight -= 1
             if task is not None:
