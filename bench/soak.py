@@ -182,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         checks=run.checks,
         settings=settings,
     )
+    report["rss_samples"] = [(round(at, 1), kb) for at, kb in run.rss]  # (s, kB), each second
+    report["fault_log"] = [(round(at, 1), str(fault)) for at, fault in run.history]
     (args.out / "soak.json").write_text(json.dumps(report, indent=2, default=str))
     print(format_summary(report), flush=True)
     print(f"wrote {args.out / 'soak.json'} (logs: zest.log, llama_cpp_server.log)", flush=True)
@@ -360,15 +362,28 @@ def _engine(entry: dict[str, Any]) -> str:
 
 
 async def _notes(servers: Servers) -> list[str]:
-    """What is worth knowing and no failure: reloads zest refused (the watcher may read a
-    routes file while it is being written)."""
+    """What is worth knowing and no failure: how many reloads zest made (with the watcher on,
+    a SIGHUP or admin reload follows an edit that the watcher sees too), the last one it
+    refused, and its own count of requests by outcome (GET /metrics)."""
     async with httpx.AsyncClient(timeout=10) as http:
         status = (await http.get(f"{servers.zest_v1}/routes")).json()
+        metrics = (await http.get(f"{servers.zest_v1}/metrics")).text
     error = status.get("last_error")
     notes = [f"zest made {status.get('reloads')} reloads"]
     if error:
         notes.append(f"last refused reload ({error.get('trigger')}): {error.get('errors')}")
+    notes.append(f"zest_requests_total by outcome: {requests_by_outcome(metrics)}")
     return notes
+
+
+def requests_by_outcome(metrics: str) -> dict[str, int]:
+    """zest_requests_total summed by its outcome label, from Prometheus text."""
+    counts: dict[str, int] = {}
+    for line in metrics.splitlines():
+        if line.startswith("zest_requests_total{") and 'outcome="' in line:
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            counts[outcome] = counts.get(outcome, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return dict(sorted(counts.items()))
 
 
 def format_summary(report: dict[str, Any]) -> str:
@@ -384,8 +399,8 @@ def format_summary(report: dict[str, Any]) -> str:
     lines = [
         f"summary: {report['requests']} requests in {s['duration_s'] / 60:.1f} min with "
         f"{s['streams']} streams: {report['ok']} ok, {report['disconnected']} disconnected "
-        f"by the harness, documented errors {report['documented'] or 'none'}, failures "
-        f"{report['failures'] or 'none'}",
+        f"by the harness {report['disconnects']}, documented errors "
+        f"{report['documented'] or 'none'}, failures {report['failures'] or 'none'}",
         f"TTFT p50 {ms(report['ttft_p50_ms'])} p95 {ms(report['ttft_p95_ms'])}; RSS "
         f"{mb(rss['baseline_mb'])} at the end of minute 1, {mb(rss['final_mb'])} at the end "
         f"({growth}, limit {rss['limit_pct']:g}%)",
@@ -395,7 +410,7 @@ def format_summary(report: dict[str, Any]) -> str:
         lines.append(f"route {route}: {figures['verdicts']}, served by {figures['served_by']}")
     for fault, verdicts in report["remote_by_fault"].items():
         lines.append(f"upstream fault {fault}: {verdicts}")
-    lines += [f"check: {check}" for check in report["checks"]]
+    lines += [f"note: {note}" for note in s.get("notes", [])]
     lines.append("PASS" if report["passed"] else "FAIL: " + "; ".join(report["reasons"]))
     return "\n".join(lines)
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .outcomes import Outcome, classify
+from .outcomes import Ending, Outcome, classify
 
 __all__ = [
     "RSS_LIMIT_PCT",
@@ -180,6 +180,14 @@ def _per_fault(outcomes: Sequence[Outcome]) -> dict[str, dict[str, int]]:
     return {fault: dict(counts.most_common()) for fault, counts in table.items()}
 
 
+def _disconnects(outcomes: Sequence[Outcome]) -> dict[str, int]:
+    """The harness's disconnects by plan, and how many came after a first token."""
+    dropped = [o for o in outcomes if o.ending is Ending.DROPPED]
+    counts = Counter(str(o.request.drop) for o in dropped)
+    counts["after_a_token"] = sum(1 for o in dropped if o.ttft_s is not None)
+    return dict(sorted(counts.items()))
+
+
 def _failed_requests(outcomes: Sequence[Outcome], limit: int) -> list[dict[str, Any]]:
     failed = [o for o in outcomes if classify(o).failed]
     return [{"verdict": classify(o).kind, **asdict(o)} for o in failed[:limit]]
@@ -227,6 +235,7 @@ def summarize(
         "requests": len(outcomes),
         "ok": kinds["ok"],
         "disconnected": kinds["disconnected"],
+        "disconnects": _disconnects(outcomes),
         "documented": {
             k.split(":", 1)[1]: n for k, n in sorted(kinds.items()) if k.startswith("documented:")
         },

@@ -238,9 +238,17 @@ def _summary(outcomes: list[Outcome], final_kb: int, **extra: object) -> dict[st
 
 
 def test_a_clean_run_passes() -> None:
-    report = _summary([outcome(), outcome(ending=Ending.DROPPED)], 104_900)
+    early = replace(LOCAL, drop=Drop.BEFORE_FIRST_TOKEN, drop_after=0.1)
+    late = replace(LOCAL, drop=Drop.MID_STREAM, drop_after=2)
+    dropped = [
+        outcome(early, Ending.DROPPED),
+        outcome(early, Ending.DROPPED, ttft_s=0.05),  # the first token came before the drop
+        outcome(late, Ending.DROPPED, ttft_s=0.2),
+    ]
+    report = _summary([outcome(), *dropped], 104_900)
     assert (report["passed"], report["reasons"], report["failures"]) == (True, [], {})
-    assert report["disconnected"] == 1
+    assert report["disconnected"] == 3
+    assert report["disconnects"] == {"after_a_token": 2, "before_first_token": 2, "mid_stream": 1}
 
 
 def test_rss_growth_of_five_percent_fails() -> None:
