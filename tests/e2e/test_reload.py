@@ -127,6 +127,40 @@ def test_an_invalid_edit_keeps_the_previous_routes_and_says_why(
     write(routes, ROUTES)
 
 
+def test_a_bad_save_never_stops_the_watcher(watched: tuple[Server, Path]) -> None:
+    """A Latin-1 file or one nested 10,000 deep is refused like any invalid file; the watcher
+    goes on watching (it stopped for good, still saying watching: true) and takes the next
+    good save."""
+    server, routes = watched
+    for bad in (
+        ROUTES.replace("CONTEXT", "1024")
+        .replace("kind: chat", "kind: chat, description: 'Caf\xe9'")
+        .encode("latin-1"),
+        ("a: " + "[" * 10_000 + "]" * 10_000 + "\n").encode(),
+    ):
+        before = status(server)["last_error"]
+        routes.write_bytes(bad)
+        wait_for(lambda b=before: status(server)["last_error"] != b, "the rejected save")  # type: ignore[misc]
+        assert status(server)["watching"] is True
+    refused = httpx.post(f"{server.v1}/admin/reload", timeout=60)
+    assert refused.status_code == 422
+    assert refused.json()["error"]["errors"] == [
+        f"{routes}: the YAML nests too deeply: a routes file nests a few levels"
+    ]
+    routes.write_bytes(b"\xff" + ROUTES.encode())
+    latin = httpx.post(f"{server.v1}/admin/reload", timeout=60)
+    assert latin.status_code == 422
+    assert latin.json()["error"]["errors"] == [
+        f"{routes}: not UTF-8 text (byte 0): save it as UTF-8"
+    ]
+    seen = status(server)["reloads"]
+    write(routes, ROUTES + EXTRA_ROUTE)
+    wait_for(lambda: status(server)["reloads"] > seen, "the good save after the bad ones")
+    assert status(server)["last_error"] is None
+    write(routes, ROUTES)
+    wait_for(lambda: "echo" not in status(server)["config"]["routes"], "the file restored")
+
+
 def test_sighup_reloads_when_watching_is_off(
     unwatched: tuple[Server, Path], watched: tuple[Server, Path]
 ) -> None:
@@ -283,7 +317,7 @@ def test_readiness_is_503_while_a_route_cannot_be_served(tmp_path: Path) -> None
         assert failed.status_code == 500, failed.text
         # A single attempt's failure still says which attempt failed, and why.
         assert failed.headers["x-zest-fallbacks"].startswith(
-            f"cut on cpu: error: model 'cut': llama.cpp could not load {broken}: "
+            f"cut on cpu: load error: model 'cut': llama.cpp could not load {broken}: "
         )
         ready = httpx.get(f"{server.v1}/ready", timeout=10)
         assert ready.status_code == 503
