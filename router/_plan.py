@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from zest.errors import BadRequestError, DeviceUnavailableError, UnknownTaskError
+from zest.errors import BadRequestError, DeviceUnavailableError, UnknownTaskError, shown
 from zest.router._placement import (
     DEVICE_ORDER,
     REMOTE_DEVICE,
@@ -91,7 +91,7 @@ def find_route(name: str, kind: Kind | None, routes: RoutesFile) -> RouteConfig:
     if route is None:
         known = sorted(routes.routes) + (sorted(routes.models) if routes.expose_models else [])
         raise UnknownTaskError(
-            f"unknown task {name!r}: use one of {', '.join(known)} (GET /v1/models lists them)"
+            f"unknown task {shown(name)}: use one of {', '.join(known)} (GET /v1/models lists them)"
         )
     if kind is not None and route.kind != kind:
         raise BadRequestError(
