@@ -44,6 +44,13 @@ _ERROR_SCHEMA: dict[str, Any] = {
         }
     },
 }
+# One server-sent event of a streamed answer ("stream": true): JSON chunks in `data`, ending
+# with data: [DONE] (the Responses API: response.completed), or an error event.
+_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+}
 _ERRORS = {
     "400": "a bad request: invalid JSON, a wrong type, an unknown field (the message names it)",
     "401": "no API key, or an unknown one (when the server has keys)",
@@ -165,10 +172,7 @@ def _responses(route: HTTPRoute, handler: HTTPRouteHandler, method: str) -> dict
     if handler.media_type.startswith("text/plain"):
         ok = {handler.media_type: {"schema": {"type": "string"}}}
     if handler.opt.get(STREAMS):
-        ok["text/event-stream"] = {
-            "schema": {"type": "string"},
-            "description": 'with "stream": true: events ending with data: [DONE] (or an error)',
-        }
+        ok["text/event-stream"] = {"schema": _EVENT}
     responses: dict[str, Any] = {"200": {"description": "the answer", "content": ok}}
     errors = dict(_ERRORS)
     if BODY in handler.opt:

@@ -38,6 +38,9 @@ MAX_STOPS = 16
 MAX_CHOICES = 8
 INT64 = 2**63 - 1  # the largest seed (OpenAI's is an int64) and count taken
 INT32 = 2**31 - 1
+# What a validator checks, said in the JSON Schema too (the OpenAPI document); the validator
+# keeps its own message.
+AT_LEAST_ONE: dict[str, Any] = {"minItems": 1}
 
 
 # Request types are strict: JSON true is not 1, "yes" is not true, "5" is not 5, and a number
@@ -81,7 +84,9 @@ class ChatMessage(_Body):
     @model_validator(mode="after")
     def _has_content(self) -> ChatMessage:
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
-            raise ValueError(f"a {self.role} message needs content")
+            if self.role == "assistant":
+                raise ValueError("an assistant message needs content or tool_calls")
+            raise ValueError(f"a {self.role} message needs content: send its text")
         if self.tool_calls and self.role != "assistant":
             raise ValueError("only assistant messages carry tool_calls")
         return self
@@ -194,7 +199,7 @@ def _check_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
 
 class ChatRequest(SamplingFields):
     model: str
-    messages: list[ChatMessage]
+    messages: list[ChatMessage] = Field(json_schema_extra=AT_LEAST_ONE)
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     logprobs: StrictBool | None = None
@@ -216,7 +221,7 @@ class ChatRequest(SamplingFields):
 
 class CompletionRequest(SamplingFields):
     model: str
-    prompt: str | list[str]
+    prompt: str | list[str] = Field(json_schema_extra={"minItems": 1, "maxItems": 1})
     # The prompt before the completion in the answer.
     echo: StrictBool | None = None
     # The text after the gap: the model fills in between (models with FIM tokens).
@@ -242,7 +247,7 @@ class TaskRequest(SamplingFields):
     """POST /v1/tasks/{task}: messages for chat routes, or prompt/input text for either kind."""
 
     model: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: list[ChatMessage] | None = Field(default=None, json_schema_extra=AT_LEAST_ONE)
     prompt: str | None = None
     input: str | None = None
 
@@ -263,7 +268,7 @@ class EmbeddingRequest(_Body):
     """POST /v1/embeddings: one text or a list of texts (token arrays are not taken)."""
 
     model: str
-    input: str | list[str]
+    input: str | list[str] = Field(json_schema_extra={"minItems": 1, "minLength": 1})
     encoding_format: Literal["float", "base64"] = "float"
     # Shortening vectors changes the answer and the models served here have one size.
     dimensions: None = None

@@ -104,7 +104,7 @@ class TextOptions(_Body):
 
 class ResponsesRequest(_Body):
     model: str
-    input: str | list[InputItem]
+    input: str | list[InputItem] = Field(json_schema_extra={"minItems": 1, "minLength": 1})
     instructions: str | None = None
     max_output_tokens: StrictInt | None = Field(default=None, ge=1, le=INT64)
     temperature: Number | None = Field(default=None, ge=0.0, le=2.0)

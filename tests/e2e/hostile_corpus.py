@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from types import EllipsisType
 
+from tests.e2e.conftest import HOSTILE_ADMIN_KEY, HOSTILE_KEY, HOSTILE_LIMIT
 from tests.e2e.rawhttp import build
 
-KEY = b"sk-hostile-api"
-ADMIN_KEY = b"sk-hostile-admin"
-LIMIT = 65536  # ZEST_MAX_BODY_BYTES of the corpus server
+KEY = HOSTILE_KEY.encode()
+ADMIN_KEY = HOSTILE_ADMIN_KEY.encode()
+LIMIT = HOSTILE_LIMIT
 AUTH = (b"authorization", b"Bearer " + ADMIN_KEY)  # the admin key opens every route
 JSON = (b"content-type", b"application/json")
 HEADERS = [AUTH, JSON]

@@ -209,3 +209,11 @@ def test_a_500_names_no_internal_exception(client: TestClient[Litestar]) -> None
     }
     assert "KeyError" not in reply.text
     assert "secret_internal_key" not in reply.text
+
+
+def test_an_assistant_turn_without_content_says_what_it_needs(client: TestClient[Litestar]) -> None:
+    status, body = send(client, {"model": "chat", "messages": [{"role": "assistant"}]})
+    assert (status, body["error"]["message"]) == (
+        400,
+        "messages.0: an assistant message needs content or tool_calls",
+    )
