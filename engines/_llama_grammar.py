@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from zest.engines._base import GenerationJob
-from zest.errors import BadRequestError
+from zest.errors import BadRequestError, clipped, shown
 
 __all__ = ["check_grammar", "grammar_of", "new_grammar_sampler"]
 
@@ -37,10 +37,19 @@ def grammar_of(job: GenerationJob) -> str | None:
     except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise BadRequestError(
             f"response_format: llama.cpp cannot constrain the output to this JSON Schema "
-            f"({type(exc).__name__}: {exc}): remove or simplify that part of the schema",
+            f"({_reason(exc)}): remove or simplify that part of the schema",
             param="response_format",
         ) from exc
     return grammar
+
+
+def _reason(exc: Exception) -> str:
+    """What the converter could not take, in words (never the name of its exception)."""
+    if isinstance(exc, RecursionError):
+        return "it nests too deeply"
+    if isinstance(exc, KeyError) and exc.args:
+        return f"a part lacks {shown(exc.args[0])}"
+    return clipped(str(exc), 200) or "a part it does not support"
 
 
 @functools.lru_cache(maxsize=64)

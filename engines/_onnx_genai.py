@@ -41,6 +41,7 @@ from zest.errors import (
     EngineError,
     ModelFileMissingError,
     ServiceUnavailableError,
+    clipped,
 )
 from zest.router import OnnxGenaiModel, Placement, kind_of
 
@@ -346,7 +347,7 @@ class OnnxGenaiEngine(Engine):
         except RuntimeError as exc:
             raise BadRequestError(
                 f"response_format: onnxruntime-genai cannot constrain the output to this JSON "
-                f"Schema ({exc}): remove or simplify that part of the schema",
+                f"Schema ({clipped(str(exc), 200)}): remove or simplify that part of the schema",
                 param="response_format",
             ) from exc
 

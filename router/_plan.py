@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from zest.errors import BadRequestError, DeviceUnavailableError, UnknownTaskError
+from zest.errors import BadRequestError, DeviceUnavailableError, UnknownTaskError, shown
 from zest.router._placement import (
     DEVICE_ORDER,
     REMOTE_DEVICE,
@@ -97,7 +97,7 @@ def find_route(name: str, kind: Kind | None, routes: RoutesFile) -> RouteConfig:
         exposed = sorted(m for m in routes.models if routes.exposes(m))
         known = sorted(routes.routes) + exposed
         raise UnknownTaskError(
-            f"unknown task {name!r}: use one of {', '.join(known)} (GET /v1/models lists them)"
+            f"unknown task {shown(name)}: use one of {', '.join(known)} (GET /v1/models lists them)"
         )
     if kind is not None and route.kind != kind:
         raise BadRequestError(

@@ -10,7 +10,15 @@ import re
 import typing
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "DEVICES",
@@ -318,7 +326,7 @@ class JsonSchemaFormat(_Strict):
     # `schema` in JSON (the attribute name would shadow BaseModel.schema).
     json_schema: dict[str, Any] = Field(alias="schema")
     # Accepted as OpenAI defines it; zest constrains the output to the schema either way.
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class ResponseFormat(_Strict):

@@ -12,6 +12,7 @@
         ├── AuthenticationError     401 code=invalid_api_key (WWW-Authenticate: Bearer)
         ├── PermissionDeniedError   403 permission_error: an admin route without the admin key
         ├── UnknownTaskError        404 code=model_not_found
+        ├── UnsupportedMediaTypeError 415 code=unsupported_media_type: a body not sent as JSON
         ├── ModelBusyError          409 code=model_busy: unloading a model that serves requests
         ├── ClientDisconnectedError 499 the client went away (nobody reads it; names the outcome)
         ├── UpstreamRejectedError   502 code=upstream_rejected (the upstream refused: auth, 404)
@@ -28,9 +29,10 @@
 Each RequestError class declares its HTTP status, OpenAI `type` and its metrics `outcome`
 label explicitly (a request's outcome is its `code` when it has one, else the class's
 `outcome`): renaming a class changes no dashboard. `error_body` is the one place an OpenAI
-error body is built. Engines translate foreign exceptions at their boundary
-(`raise EngineError(...) from exc`); which errors move a request on to its next attempt is
-zest.policies' business.
+error body is built, and `shown` (or `clipped`) the one way a message quotes what the client
+sent: capped, so a megabyte of input is never echoed back whole. Engines translate foreign
+exceptions at their boundary (`raise EngineError(...) from exc`); which errors move a request
+on to its next attempt is zest.policies' business.
 """
 
 from __future__ import annotations
@@ -59,10 +61,16 @@ __all__ = [
     "ServiceUnavailableError",
     "ShuttingDownError",
     "UnknownTaskError",
+    "UnsupportedMediaTypeError",
     "UpstreamRejectedError",
     "ZestError",
+    "clipped",
     "error_body",
+    "shown",
 ]
+
+# How much of a client's value an error message quotes.
+SHOWN_CHARS = 64
 
 
 def error_body(
@@ -70,6 +78,23 @@ def error_body(
 ) -> dict[str, Any]:
     """An OpenAI error body: {"error": {"message", "type", "param", "code"}}."""
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`value` as an error message quotes it: its repr, or for a long value the repr of its
+    first `limit` characters followed by how long it was (`'aaa…'…(1048576 characters)`)."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}…({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}…({len(text)} characters)"
+
+
+def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`text` as shown in an error (a path, a key path): whole, or its first `limit`
+    characters followed by how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}…({len(text)} characters)"
 
 
 class ZestError(Exception):
@@ -168,6 +193,16 @@ class UnknownTaskError(RequestError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, param="model", code="model_not_found")
+
+
+class UnsupportedMediaTypeError(RequestError):
+    """A body whose Content-Type is not JSON."""
+
+    status_code = 415
+    outcome = "unsupported_media_type"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, param="content-type", code="unsupported_media_type")
 
 
 class ModelBusyError(RequestError):

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
 
-from litestar import Litestar, Request, Response, Router, get, post
+from litestar import Litestar, MediaType, Request, Response, Router, get, head, post
 from litestar.connection import ASGIConnection
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, ValidationException
 from litestar.response import Stream
 
 from zest.errors import (
@@ -20,10 +20,12 @@ from zest.errors import (
     ClientDisconnectedError,
     RequestError,
     UnknownTaskError,
+    clipped,
     error_body,
+    shown,
 )
 from zest.gateway.http._auth import PUBLIC_PATHS
-from zest.gateway.http._body import IGNORED, parse_body
+from zest.gateway.http._body import IGNORED, parse_body, takes
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
     last_stats,
@@ -31,6 +33,7 @@ from zest.gateway.http._metrics_routes import (
     provide_record,
     record_failure,
 )
+from zest.gateway.http._openapi import openapi_json
 from zest.gateway.http._ops import OPS_HANDLERS, describe_loaded
 from zest.gateway.http._responses import (
     collect_body,
@@ -70,6 +73,7 @@ log = logging.getLogger("zest.gateway")
 T = TypeVar("T")
 _REQUEST_ID = "zest_request_id"  # request.state key
 Kind = Literal["chat", "completion"]
+MAX_PROMPT_TOKENS = 1_048_576  # the longest context a routes file may give a model
 
 
 async def _respond(
@@ -195,7 +199,7 @@ def _event_stream(events: AsyncIterator[bytes], headers: dict[str, str]) -> Stre
     )
 
 
-@post("/chat/completions", status_code=200)
+@post("/chat/completions", status_code=200, opt=takes(ChatRequest, streams=True))
 async def chat_completions(
     request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
 ) -> Response[Any]:
@@ -214,7 +218,7 @@ async def chat_completions(
     )
 
 
-@post("/completions", status_code=200)
+@post("/completions", status_code=200, opt=takes(CompletionRequest, streams=True))
 async def completions(
     request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
 ) -> Response[Any]:
@@ -233,7 +237,7 @@ async def completions(
     )
 
 
-@post("/tasks/{task:str}", status_code=200)
+@post("/tasks/{task:str}", status_code=200, opt=takes(TaskRequest, streams=True))
 async def task_endpoint(
     task: str, request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
 ) -> Response[Any]:
@@ -269,7 +273,7 @@ async def task_endpoint(
     return await _respond(request, runtime, task, kind, body, record=record, prompt=text)
 
 
-@post("/responses", status_code=200)
+@post("/responses", status_code=200, opt=takes(ResponsesRequest, streams=True))
 async def responses(
     request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
 ) -> Response[Any]:
@@ -302,7 +306,7 @@ async def responses(
     return Response(payload, headers=headers)
 
 
-@post("/embeddings", status_code=200)
+@post("/embeddings", status_code=200, opt=takes(EmbeddingRequest))
 async def embeddings(
     request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
 ) -> Response[Any]:
@@ -340,7 +344,7 @@ async def retrieve_model(model_id: str, runtime: Runtime) -> dict[str, Any]:
     found = entries.get(model_id.lstrip("/"))
     if found is None:
         raise UnknownTaskError(
-            f"unknown model {model_id.lstrip('/')!r}: use one of {', '.join(entries)} "
+            f"unknown model {shown(model_id.lstrip('/'))}: use one of {', '.join(entries)} "
             "(GET /v1/models lists them)"
         )
     return found
@@ -383,8 +387,12 @@ def _model_entries(config: RoutesFile) -> dict[str, dict[str, Any]]:
 @get("/routes/{task:str}/explain")
 async def explain_get(task: str, runtime: Runtime, prompt_tokens: int = 0) -> dict[str, Any]:
     """The plan for a prompt of `prompt_tokens` tokens, without running it."""
-    if prompt_tokens < 0:
-        raise BadRequestError("prompt_tokens must be >= 0", param="prompt_tokens")
+    if not 0 <= prompt_tokens <= MAX_PROMPT_TOKENS:
+        raise BadRequestError(
+            f"prompt_tokens must be from 0 to {MAX_PROMPT_TOKENS}: send the prompt's length "
+            "in tokens",
+            param="prompt_tokens",
+        )
     return explain_task(
         runtime.routes.config,
         runtime.inventory,
@@ -395,7 +403,7 @@ async def explain_get(task: str, runtime: Runtime, prompt_tokens: int = 0) -> di
     )
 
 
-@post("/routes/{task:str}/explain", status_code=200)
+@post("/routes/{task:str}/explain", status_code=200, opt=takes(TaskRequest))
 async def explain_post(
     task: str, request: Request[Any, Any, Any], runtime: Runtime
 ) -> dict[str, Any]:
@@ -432,6 +440,12 @@ async def health(runtime: Runtime) -> dict[str, Any]:
     return {"status": "ok", "state": runtime.state, "models_loaded": loaded}
 
 
+@head("/health")
+async def health_head() -> Response[None]:
+    """GET /health's answer without its body: load balancers probe with HEAD."""
+    return Response(None, status_code=200, media_type=MediaType.TEXT)  # no body: length 0
+
+
 def _request_error(request: Request[Any, Any, Any], exc: RequestError) -> Response[Any]:
     record_failure(request, exc)
     headers = {"x-request-id": _request_id(request), **exc.headers}
@@ -445,14 +459,29 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     status = exc.status_code
     message = exc.detail or "error"
     if status == 404:
-        message = f"no such endpoint: {request.method} {request.url.path} (see README for the API)"
+        message = (
+            f"no such endpoint: {request.method} {clipped(request.url.path)} "
+            "(see README for the API)"
+        )
     elif status == 405:
-        message = f"method {request.method} is not allowed on {request.url.path}"
+        message = f"method {request.method} is not allowed on {clipped(request.url.path)}"
     elif status == 413:
         message = body_too_large_message(request.route_handler.resolve_request_max_body_size())
-    body = error_body(message, type="invalid_request_error")
+    param = None
+    if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
+        message, param = _parameter_error(exc.extra[0])  # Litestar's names the whole URL
+    body = error_body(message, type="invalid_request_error", param=param)
     headers = {"x-request-id": _request_id(request), **(exc.headers or {})}
     return Response(body, status_code=status, headers=headers)
+
+
+def _parameter_error(problem: Any) -> tuple[str, str | None]:
+    """A query or path parameter Litestar could not read, named without echoing the URL."""
+    key = clipped(str(problem.get("key", ""))) if isinstance(problem, dict) else ""
+    why = str(problem.get("message", "")) if isinstance(problem, dict) else ""
+    where = f"{key}: " if key else ""
+    message = f"{where}{clipped(why, 200) or 'invalid'}: GET /v1/openapi.json says what it takes"
+    return message, key or None
 
 
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
@@ -494,11 +523,13 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         list_models,
         retrieve_model,
         health,
+        health_head,
         explain_get,
         explain_post,
         system_info,
         prometheus_metrics,
         last_stats,
+        openapi_json,
     ]
     metrics = Metrics(runtime)
 

@@ -197,4 +197,14 @@ class AuthGuard:
         if connection.scope["path"].rstrip("/") in PUBLIC_PATHS:
             return
         admin = bool(handler.opt.get("admin"))
+        if self.policy.api_keys or (admin and self.policy.admin_key):
+            _one_credential(connection)
         self.policy.authorize(credential_of(connection.headers), admin=admin)
+
+
+def _one_credential(connection: ASGIConnection[Any, Any, Any, Any]) -> None:
+    """Two Authorization (or x-api-key) headers are ambiguous: a proxy may read one and zest
+    the other. Such a request is refused, whatever the keys."""
+    for name in ("authorization", "x-api-key"):
+        if len(connection.headers.getall(name, [])) > 1:
+            raise AuthenticationError(f"the request has more than one {name} header: send one key")

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from litestar import Request
 from pydantic import BaseModel, ValidationError
 
-from zest.errors import BadRequestError
+from zest.errors import BadRequestError, UnsupportedMediaTypeError, clipped, shown
 from zest.gateway.serving import (
     IGNORED_FIELDS,
     EmbeddingRequest,
@@ -18,7 +18,7 @@ from zest.gateway.serving import (
     SamplingFields,
 )
 
-__all__ = ["IGNORED", "REQUESTED_TASK", "parse_body"]
+__all__ = ["BODY", "IGNORED", "REQUESTED_TASK", "STREAMS", "parse_body", "read_json", "takes"]
 
 log = logging.getLogger("zest.gateway")
 
@@ -26,26 +26,86 @@ log = logging.getLogger("zest.gateway")
 REQUESTED_TASK = "zest_requested_task"
 # request.state key: the OpenAI fields the body sent that change nothing here (x-zest-ignored).
 IGNORED = "zest_ignored_fields"
+# Handler opt keys: the model its body is read into, and whether it may answer with a stream
+# (what the OpenAPI document says of it).
+BODY = "zest_body"
+STREAMS = "zest_streams"
 
 Body = TypeVar("Body", bound=BaseModel)
 
+# Digits an integer of a body may have: more than any field takes (a seed is at most 20), and
+# far below the point where reading one costs (Python refuses 4300 with its own advice).
+MAX_DIGITS = 64
+# What the client should send for a value of the wrong type (the pydantic error type).
+_SEND_INSTEAD = {
+    "bool_type": "send true or false",
+    "int_type": "send a whole number",
+    "float_type": "send a number",
+    "string_type": "send a string",
+}
 
-async def parse_body(request: Request[Any, Any, Any], schema: type[Body]) -> Body:
-    raw = await request.body()
+
+class _NotJson(ValueError):
+    """A body the JSON module reads but JSON does not allow (NaN), or a number too long."""
+
+
+def _constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON number: send a finite number")
+
+
+def _integer(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_DIGITS:
+        raise _NotJson(
+            f"an integer of {len(digits.lstrip('-'))} digits: send at most {MAX_DIGITS} digits"
+        )
+    return int(digits)
+
+
+def read_json(raw: bytes) -> Any:
+    """The body as JSON, strictly: NaN and Infinity are not JSON, and integers have at most
+    MAX_DIGITS digits. Raises BadRequestError saying what to send."""
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(raw, parse_constant=_constant, parse_int=_integer)
+    except _NotJson as exc:
+        raise BadRequestError(f"the request body is not valid JSON: {exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise BadRequestError(
             f"the request body is not valid JSON: {exc}: send a JSON object"
         ) from None
     except RecursionError:  # a body nested thousands deep: no request needs that
         raise _too_deep() from None
+
+
+def takes(schema: type[BaseModel], *, streams: bool = False) -> dict[str, Any]:
+    """A handler's opt declaring its body (`parse_body(request, schema)` reads it)."""
+    return {BODY: schema, STREAMS: streams}
+
+
+async def parse_body(request: Request[Any, Any, Any], schema: type[Body]) -> Body:
+    """The body as `schema`; a BadRequestError (400) saying what to fix when it is not one,
+    UnsupportedMediaTypeError (415) when it is not sent as JSON."""
+    _check_media_type(request.headers.get("content-type"))
+    data = read_json(await request.body())
     if not isinstance(data, dict):
         raise BadRequestError("the request body must be a JSON object")
     try:
         return _validated(request, schema, data)
     except RecursionError:  # deep enough to parse, too deep to walk or validate
         raise _too_deep() from None
+
+
+def _check_media_type(content_type: str | None) -> None:
+    """A body must say it is JSON: a browser page may send text/plain (or no type) to any
+    origin without asking first (no CORS preflight), but never application/json."""
+    media = (content_type or "").partition(";")[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    got = shown(content_type) if content_type is not None else "none"
+    raise UnsupportedMediaTypeError(
+        f"the request body must be JSON: send 'Content-Type: application/json' (got {got})"
+    )
 
 
 def _too_deep() -> BadRequestError:
@@ -57,9 +117,9 @@ def _too_deep() -> BadRequestError:
 def _validated(request: Request[Any, Any, Any], schema: type[Body], data: dict[str, Any]) -> Body:
     if (where := _lone_surrogate(data)) is not None:
         raise BadRequestError(
-            f"{where or 'the body'}: holds a lone UTF-16 surrogate (such as \\ud800), which is "
-            "not text: send valid Unicode",
-            param=where or None,
+            f"{clipped(where or 'the body')}: holds a lone UTF-16 surrogate (such as \\ud800), "
+            "which is not text: send valid Unicode",
+            param=clipped(where) if where else None,
         )
     if isinstance(data.get("model"), str):  # what the body asks for, even if it is invalid
         request.state[REQUESTED_TASK] = data["model"]
@@ -72,13 +132,9 @@ def _validated(request: Request[Any, Any, Any], schema: type[Body], data: dict[s
 
 
 def _lone_surrogate(value: Any, path: str = "") -> str | None:
-    """The key path of the first string JSON escapes made into invalid Unicode, if any."""
+    """The key path of the first string (or key) JSON escapes made into invalid Unicode."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path
-        return None
+        return None if _is_text(value) else path
     items = (
         value.items()
         if isinstance(value, dict)
@@ -87,10 +143,20 @@ def _lone_surrogate(value: Any, path: str = "") -> str | None:
         else ()
     )
     for key, item in items:
+        if isinstance(key, str) and not _is_text(key):  # the key itself: name where it is
+            return f"{path}.<key>" if path else "<key>"
         found = _lone_surrogate(item, f"{path}.{key}" if path else str(key))
         if found is not None:
             return found
     return None
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _drop_ignored(data: dict[str, Any]) -> list[str]:
@@ -107,7 +173,7 @@ def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadReque
     errors = exc.errors()
     # A misspelt key also makes its required key "missing": name the misspelling first.
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    param = ".".join(str(p) for p in err["loc"]) or None
+    param = clipped(".".join(str(p) for p in err["loc"])) or None
     if err["type"] == "extra_forbidden":
         close = difflib.get_close_matches(str(err["loc"][-1]), list(schema.model_fields), n=1)
         hint = f"did you mean {close[0]!r}?" if close else "remove it (the README lists them)"
@@ -115,7 +181,23 @@ def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadReque
     elif err["type"] == "missing":
         message = "missing required parameter"
     else:
-        message = str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] != "value_error":
-            message += f", got {err['input']!r}"
+        kind, message = _wrong_value(err["type"], err["msg"], err["input"])
+        if kind != "value_error":
+            message += f", got {shown(err['input'])}"
+        if kind in _SEND_INSTEAD:
+            message += f": {_SEND_INSTEAD[kind]}"
     return BadRequestError(f"{param}: {message}" if param else message, param=param)
+
+
+def _wrong_value(kind: str, message: str, value: Any) -> tuple[str, str]:
+    """The error's kind and message, telling a typo ("hot") from a quoted number ("0.5")."""
+    if kind == "float_type" and isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return (
+                "float_parsing",
+                "Input should be a valid number, unable to parse string as a number",
+            )
+        return kind, "Input should be a number, not a string"
+    return kind, message.removeprefix("Value error, ")

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response, get, post
+from litestar import MediaType, Request, Response, get, head, post
 from pydantic import BaseModel, ConfigDict
 
 from zest.engines import LoadedEngine, describe
-from zest.errors import BadRequestError, ModelBusyError
-from zest.gateway.http._body import parse_body
+from zest.errors import BadRequestError, ModelBusyError, shown
+from zest.gateway.http._body import parse_body, takes
 from zest.gateway.serving import Reloader, Runtime, describe_inventory
 from zest.router import LoadedRoutes, Placement, parse_device
 
@@ -61,7 +61,7 @@ async def loaded_models(runtime: Runtime) -> dict[str, Any]:
     return {"object": "list", "data": describe_loaded(runtime)}
 
 
-@post("/load", status_code=200, opt=ADMIN)
+@post("/load", status_code=200, opt={**ADMIN, **takes(ModelRequest)})
 async def load_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
     data = await parse_body(request, ModelRequest)
     routes = runtime.routes
@@ -73,7 +73,7 @@ async def load_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[
     return {"loaded": True, "data": describe_loaded(runtime, loaded)}
 
 
-@post("/unload", status_code=200, opt=ADMIN)
+@post("/unload", status_code=200, opt={**ADMIN, **takes(ModelRequest)})
 async def unload_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
     data = await parse_body(request, ModelRequest)
     _check_model(runtime.routes, data.model)
@@ -118,6 +118,13 @@ async def ready(runtime: Runtime) -> Response[Any]:
     return Response(body, status_code=200 if body["ready"] else 503)
 
 
+@head("/ready")
+async def ready_head(runtime: Runtime) -> Response[None]:
+    """GET /ready's status without its body: load balancers probe with HEAD."""
+    status = 200 if runtime.state == "ready" else 503
+    return Response(None, status_code=status, media_type=MediaType.TEXT)  # no body: length 0
+
+
 def describe_loaded(
     runtime: Runtime, entries: list[LoadedEngine] | None = None
 ) -> list[dict[str, Any]]:
@@ -131,7 +138,7 @@ def _check_model(routes: LoadedRoutes, model_id: str) -> None:
     if model_id not in routes.config.models:
         known = ", ".join(sorted(routes.config.models))
         raise BadRequestError(
-            f"model: unknown model {model_id!r}: use a model id of the routes file ({known})",
+            f"model: unknown model {shown(model_id)}: use a model id of the routes file ({known})",
             param="model",
         )
 
@@ -148,11 +155,19 @@ def _placement(
     devices = runtime.devices
     if names is None or any(name not in devices for name in names):
         raise BadRequestError(
-            f"device: {device!r} is not a device here: use one of {', '.join(sorted(devices))} "
-            "or PREFILL->DECODE",
+            f"device: {shown(device)} is not a device here: use one of "
+            f"{', '.join(sorted(devices))} or PREFILL->DECODE",
             param="device",
         )
     return Placement(devices[names[0]], devices[names[1]])
 
 
-OPS_HANDLERS = [routes_in_force, admin_reload, loaded_models, load_model, unload_model, ready]
+OPS_HANDLERS = [
+    routes_in_force,
+    admin_reload,
+    loaded_models,
+    load_model,
+    unload_model,
+    ready,
+    ready_head,
+]

@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AllowInfNan,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
+from zest.errors import shown
 from zest.gateway.serving._tools import Tool, ToolCall, ToolChoice
 from zest.router import ResponseFormat
 
 __all__ = [
     "IGNORED_FIELDS",
+    "INT64",
     "ChatMessage",
     "ChatRequest",
     "CompletionRequest",
     "EmbeddingRequest",
+    "Number",
     "SamplingFields",
     "StreamOptions",
     "TaskRequest",
@@ -23,6 +36,16 @@ __all__ = [
 
 MAX_STOPS = 16
 MAX_CHOICES = 8
+INT64 = 2**63 - 1  # the largest seed (OpenAI's is an int64) and count taken
+INT32 = 2**31 - 1
+# What a validator checks, said in the JSON Schema too (the OpenAPI document); the validator
+# keeps its own message.
+AT_LEAST_ONE: dict[str, Any] = {"minItems": 1}
+
+
+# Request types are strict: JSON true is not 1, "yes" is not true, "5" is not 5, and a number
+# too large for a float (1e309 reads as infinity) is refused rather than taken as infinite.
+Number = Annotated[float, Strict(), AllowInfNan(False)]
 
 # OpenAI fields that change nothing for a model served here: accepted, and named back to the
 # client (x-zest-ignored) so that nothing is ignored silently. A field that would change the
@@ -61,7 +84,9 @@ class ChatMessage(_Body):
     @model_validator(mode="after")
     def _has_content(self) -> ChatMessage:
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
-            raise ValueError(f"a {self.role} message needs content")
+            if self.role == "assistant":
+                raise ValueError("an assistant message needs content or tool_calls")
+            raise ValueError(f"a {self.role} message needs content: send its text")
         if self.tool_calls and self.role != "assistant":
             raise ValueError("only assistant messages carry tool_calls")
         return self
@@ -97,30 +122,30 @@ def _arguments(text: str) -> Any:
 
 
 class StreamOptions(_Body):
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class SamplingFields(_Body):
     """Fields every generation endpoint accepts (OpenAI's, plus llama.cpp's usual extras)."""
 
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=0)
-    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    repeat_penalty: float | None = Field(default=None, gt=0.0)
-    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    max_tokens: StrictInt | None = Field(default=None, ge=1, le=INT64)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1, le=INT64)
+    temperature: Number | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: Number | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: StrictInt | None = Field(default=None, ge=0, le=INT32)
+    min_p: Number | None = Field(default=None, ge=0.0, le=1.0)
+    repeat_penalty: Number | None = Field(default=None, gt=0.0)
+    frequency_penalty: Number | None = Field(default=None, ge=-2.0, le=2.0)
+    presence_penalty: Number | None = Field(default=None, ge=-2.0, le=2.0)
     stop: str | list[str] | None = None
-    seed: int | None = None
-    stream: bool = False
+    seed: StrictInt | None = Field(default=None, ge=-INT64 - 1, le=INT64)
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     # Choices per request: n sequences decoded together in the model's batch.
-    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
+    n: StrictInt = Field(default=1, ge=1, le=MAX_CHOICES)
     response_format: ResponseFormat | None = None
     # Token id (as a string, OpenAI's spelling) -> a bias added to its logit (-100 bans it).
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, Number] | None = None
 
     @field_validator("stop")
     @classmethod
@@ -143,8 +168,8 @@ class SamplingFields(_Body):
     @classmethod
     def _check_logit_bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
         for token, value in (bias or {}).items():
-            if not token.isdigit():
-                raise ValueError(f"logit_bias keys are token ids, got {token!r}")
+            if not (token.isascii() and token.isdigit()):  # "²" is a digit to Python
+                raise ValueError(f"logit_bias keys are token ids, got {shown(token)}")
             if not -100 <= value <= 100:
                 raise ValueError(f"logit_bias values are between -100 and 100, got {value}")
         return bias
@@ -174,13 +199,13 @@ def _check_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
 
 class ChatRequest(SamplingFields):
     model: str
-    messages: list[ChatMessage]
+    messages: list[ChatMessage] = Field(json_schema_extra=AT_LEAST_ONE)
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    logprobs: StrictBool | None = None
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
     # False: at most one call per answer (the constraint says so).
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: StrictBool | None = None
 
     _messages = field_validator("messages")(_check_messages)
 
@@ -196,13 +221,13 @@ class ChatRequest(SamplingFields):
 
 class CompletionRequest(SamplingFields):
     model: str
-    prompt: str | list[str]
+    prompt: str | list[str] = Field(json_schema_extra={"minItems": 1, "maxItems": 1})
     # The prompt before the completion in the answer.
-    echo: bool | None = None
+    echo: StrictBool | None = None
     # The text after the gap: the model fills in between (models with FIM tokens).
     suffix: str | None = None
     # Each token's log probability, with this many alternatives (OpenAI's legacy form).
-    logprobs: int | None = Field(default=None, ge=0, le=5)
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=5)
 
     def logprob_count(self) -> int | None:
         return self.logprobs
@@ -222,7 +247,7 @@ class TaskRequest(SamplingFields):
     """POST /v1/tasks/{task}: messages for chat routes, or prompt/input text for either kind."""
 
     model: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: list[ChatMessage] | None = Field(default=None, json_schema_extra=AT_LEAST_ONE)
     prompt: str | None = None
     input: str | None = None
 
@@ -243,7 +268,7 @@ class EmbeddingRequest(_Body):
     """POST /v1/embeddings: one text or a list of texts (token arrays are not taken)."""
 
     model: str
-    input: str | list[str]
+    input: str | list[str] = Field(json_schema_extra={"minItems": 1, "minLength": 1})
     encoding_format: Literal["float", "base64"] = "float"
     # Shortening vectors changes the answer and the models served here have one size.
     dimensions: None = None

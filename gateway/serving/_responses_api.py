@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from zest.gateway.serving._requests import ChatMessage, SamplingFields
+from zest.gateway.serving._requests import INT64, ChatMessage, Number, SamplingFields
 from zest.gateway.serving._tools import (
     Function,
     NamedToolChoice,
@@ -69,7 +69,7 @@ class FunctionTool(_Body):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class FunctionChoice(_Body):
@@ -84,7 +84,7 @@ class TextFormat(_Body):
     name: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     description: str | None = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
     def as_response_format(self) -> ResponseFormat:
         if self.type != "json_schema":
@@ -104,15 +104,15 @@ class TextOptions(_Body):
 
 class ResponsesRequest(_Body):
     model: str
-    input: str | list[InputItem]
+    input: str | list[InputItem] = Field(json_schema_extra={"minItems": 1, "minLength": 1})
     instructions: str | None = None
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    stream: bool = False
+    max_output_tokens: StrictInt | None = Field(default=None, ge=1, le=INT64)
+    temperature: Number | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: Number | None = Field(default=None, gt=0.0, le=1.0)
+    stream: StrictBool = False
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["auto", "none", "required"] | FunctionChoice | None = None
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: StrictBool | None = None
     text: TextOptions | None = None
     # Continuing a stored response needs storage zest does not keep: send the whole input.
     previous_response_id: None = None

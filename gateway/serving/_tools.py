@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from zest.errors import BadRequestError
+from zest.errors import BadRequestError, shown
 from zest.router import ResponseFormat
 
 __all__ = [
@@ -43,7 +43,7 @@ class Function(_Body):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class Tool(_Body):
@@ -210,7 +210,7 @@ def tool_use_for(
         name = choice.function.name
         if name not in {t.function.name for t in tools}:
             raise BadRequestError(
-                f"tool_choice names {name!r}, which is not among the tools sent: "
+                f"tool_choice names {shown(name)}, which is not among the tools sent: "
                 f"use one of {', '.join(t.function.name for t in tools)}",
                 param="tool_choice",
             )

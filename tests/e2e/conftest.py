@@ -147,3 +147,25 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def http(server: Server) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.base_url, timeout=60) as client:
         yield client
+
+
+HOSTILE_KEY = "sk-hostile-api"
+HOSTILE_ADMIN_KEY = "sk-hostile-admin"
+HOSTILE_LIMIT = 65536  # ZEST_MAX_BODY_BYTES of the hostile server
+
+
+@pytest.fixture(scope="session")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The server of the hostile-input suite (test_hostile.py, test_fuzz.py): keys on, a
+    64 KiB body limit, every route capping max_tokens at 8 (tests/e2e/routes/hostile.yaml)."""
+    env = {
+        "ZEST_API_KEYS": HOSTILE_KEY,
+        "ZEST_ADMIN_KEY": HOSTILE_ADMIN_KEY,
+        "ZEST_MAX_BODY_BYTES": str(HOSTILE_LIMIT),
+        "ZEST_CORS_ORIGINS": "",
+    }
+    routes = REPO / "tests" / "e2e" / "routes" / "hostile.yaml"
+    running = start_server(routes, tmp_path_factory.mktemp("hostile") / "zest.log", env)
+    yield running
+    assert running.process.poll() is None, running.log()  # alive after everything it was sent
+    stop_server(running)
