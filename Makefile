@@ -6,7 +6,8 @@ STAMP := $(VENV)/.zest-installed
 CONVERT_STAMP := $(VENV)/.zest-convert-installed
 ROUTES ?= routes.yaml
 
-.PHONY: install serve test lint unit e2e onnx-model embedding-model clean
+.PHONY: install serve test lint unit e2e onnx-model embedding-model browser clean
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP)
 
@@ -39,6 +40,12 @@ onnx-model: $(CONVERT_STAMP)
 embedding-model: $(CONVERT_STAMP)
 	$(BIN)/python -m zest.engines.convert_embedding
 
+# Debian's Chromium for the web page's browser tests (tests/e2e/test_web.py): the system browser,
+# driven by Playwright for Python; no test tool ever downloads a browser of its own.
+browser:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; }
+
 serve: install
 	$(BIN)/zest serve --routes $(ROUTES)
 
@@ -47,13 +54,13 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint onnx-model embedding-model
+test: lint onnx-model embedding-model browser
 	$(BIN)/pytest
 
 unit: install
 	$(BIN)/pytest tests/unit
 
-e2e: install onnx-model embedding-model
+e2e: install onnx-model embedding-model browser
 	$(BIN)/pytest tests/e2e tests/engines
 
 clean:

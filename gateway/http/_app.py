@@ -32,6 +32,7 @@ from zest.gateway.http._metrics_routes import (
     prometheus_metrics,
     provide_record,
     record_failure,
+    stats_history,
 )
 from zest.gateway.http._openapi import openapi_json
 from zest.gateway.http._ops import OPS_HANDLERS, describe_loaded
@@ -45,6 +46,7 @@ from zest.gateway.http._responses import (
 )
 from zest.gateway.http._responses_api import ResponseShape
 from zest.gateway.http._security import HttpSecurity, body_too_large_message
+from zest.gateway.http._web import web_asset, web_page
 from zest.gateway.serving import (
     ChatMessage,
     ChatRequest,
@@ -529,6 +531,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         system_info,
         prometheus_metrics,
         last_stats,
+        stats_history,
         openapi_json,
     ]
     metrics = Metrics(runtime)
@@ -559,6 +562,8 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             Router("/api/v1", route_handlers=handlers),
             Router("/v1", route_handlers=handlers),
             prometheus_metrics,  # also at the top level, where scrapers look by default
+            web_page,
+            web_asset,
         ],
         dependencies={
             "runtime": Provide(provide_runtime, use_cache=True),

@@ -194,7 +194,7 @@ class AuthGuard:
     ) -> None:
         if connection.scope.get("method") == "OPTIONS":
             return
-        if connection.scope["path"].rstrip("/") in PUBLIC_PATHS:
+        if connection.scope["path"].rstrip("/") in PUBLIC_PATHS or handler.opt.get("public"):
             return
         admin = bool(handler.opt.get("admin"))
         if self.policy.api_keys or (admin and self.policy.admin_key):

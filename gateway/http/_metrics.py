@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from zest.engines import Delta, EngineInfo, StageStats
 from zest.errors import ClientDisconnectedError, RequestError
+from zest.gateway.http._timeline import Timeline
 from zest.gateway.serving import Generation, RequestEvents, Runtime
 
 __all__ = ["CONTENT_TYPE", "Metrics", "RequestRecord", "loaded_engines", "outcome_of"]
@@ -67,6 +68,7 @@ class Metrics:
         self.runtime = runtime
         self.registry = CollectorRegistry()
         self.last: LastRequest | None = None
+        self.timeline = Timeline()
         self._define()
         if runtime is not None:
             self.registry.register(RuntimeCollector(runtime))
@@ -119,6 +121,7 @@ class Metrics:
     def begin(self, task: str | None = None) -> RequestRecord:
         """A record for a request arriving now; `task` when the path already names it."""
         record = RequestRecord(self)
+        self.sample_queue()
         if task is not None:
             record.task_named(task)
         return record
@@ -130,6 +133,11 @@ class Metrics:
         config = self.runtime.routes.config
         known = name in config.routes or config.exposes(name)
         return name if known else UNKNOWN
+
+    def sample_queue(self) -> None:
+        """The requests queued or running in every loaded engine, for the live charts."""
+        if self.runtime is not None:
+            self.timeline.queue_depth(sum(pending for _, pending in loaded_engines(self.runtime)))
 
     def scrape(self) -> bytes:
         return generate_latest(self.registry)
@@ -278,6 +286,8 @@ class RequestRecord(RequestEvents):
         if self.completion_tokens is not None:
             metrics.completion_tokens.labels(*served).inc(self.completion_tokens)
             metrics.last = self._last_request(task, gen, ttft, self.completion_tokens)
+            metrics.timeline.finished(ttft, metrics.last.tokens_per_second)
+        metrics.sample_queue()
 
     def _last_request(self, task: str, gen: Generation, ttft: float, tokens: int) -> LastRequest:
         return LastRequest(

@@ -11,7 +11,7 @@ from litestar import Request, Response, get
 from zest.gateway.http._body import REQUESTED_TASK
 from zest.gateway.http._metrics import CONTENT_TYPE, Metrics, RequestRecord
 
-__all__ = ["last_stats", "prometheus_metrics", "provide_record", "record_failure"]
+__all__ = ["last_stats", "prometheus_metrics", "provide_record", "record_failure", "stats_history"]
 
 # Where a generation request keeps its record: the error handlers find it there.
 _RECORD = "zest_record"
@@ -26,6 +26,14 @@ async def prometheus_metrics(metrics: Metrics) -> Response[bytes]:
 async def last_stats(metrics: Metrics) -> dict[str, Any]:
     """The last finished request: TTFT, decode rate, tokens (all null before the first)."""
     return metrics.stats()
+
+
+@get("/stats/history")
+async def stats_history(metrics: Metrics) -> dict[str, Any]:
+    """The last ten minutes in ten-second buckets: requests finished, TTFT p50, decode
+    tokens/s, deepest queue (what the web page charts)."""
+    metrics.sample_queue()
+    return metrics.timeline.buckets()
 
 
 async def provide_record(request: Request[Any, Any, Any], metrics: Metrics) -> RequestRecord:

@@ -1,0 +1,369 @@
+// zest's web page: status, routes, a playground and live figures, from zest's own API.
+// Plain JavaScript, no library, no network beyond this server. Text from the server is only
+// ever set as text (never as HTML).
+"use strict";
+
+const KEY = "zest-api-key"; // sessionStorage: this tab only, gone when it closes
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (name === "class") node.className = value;
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+// --- the API, with the key ------------------------------------------------------------------
+
+class KeyRefused extends Error {}
+
+function headers(extra = {}) {
+  const key = sessionStorage.getItem(KEY);
+  return key ? { ...extra, authorization: `Bearer ${key}` } : extra;
+}
+
+async function call(path, options = {}) {
+  const answer = await fetch(path, { ...options, headers: headers(options.headers) });
+  if (answer.status === 401) {
+    const body = await answer.json().catch(() => ({}));
+    askForKey(body.error ? body.error.message : "The server refused the request: send a key.");
+    throw new KeyRefused("key refused");
+  }
+  return answer;
+}
+
+async function json(path) {
+  const answer = await call(path);
+  return answer.json();
+}
+
+let asking = false;
+let declined = false; // the user cancelled: ask again only when they press Key
+
+function askForKey(reason, { asked = false } = {}) {
+  if (asking || (declined && !asked)) return;
+  asking = true;
+  const had = sessionStorage.getItem(KEY);
+  $("key-reason").textContent = had ? `The key was refused: ${reason}` : reason;
+  $("key-input").value = "";
+  $("key-dialog").showModal();
+}
+
+function setUpKey() {
+  $("key-button").addEventListener("click", () => askForKey("The API key this page sends:", { asked: true }));
+  $("key-dialog").addEventListener("close", () => {
+    asking = false;
+    declined = $("key-dialog").returnValue !== "ok";
+    if (!declined && $("key-input").value.trim()) {
+      sessionStorage.setItem(KEY, $("key-input").value.trim());
+      refreshAll();
+    }
+  });
+}
+
+// --- tabs -----------------------------------------------------------------------------------
+
+function setUpTabs() {
+  for (const button of document.querySelectorAll("nav button")) {
+    button.addEventListener("click", () => {
+      for (const other of document.querySelectorAll("nav button")) other.classList.remove("active");
+      button.classList.add("active");
+      for (const tab of document.querySelectorAll(".tab")) tab.hidden = tab.id !== button.dataset.tab;
+      if (button.dataset.tab === "routes") explainAll();
+      if (button.dataset.tab === "live") drawLive();
+    });
+  }
+}
+
+// --- status ---------------------------------------------------------------------------------
+
+function megabytes(bytes) {
+  return bytes === null || bytes === undefined ? "n/a" : `${Math.round(bytes / 1e6)} MB`;
+}
+
+function deviceLabel(device) {
+  const cell = el("td", {}, device.label || device.name);
+  if (device.emulated) cell.append(" ", el("span", { class: "tag" }, "emulated"));
+  return cell;
+}
+
+function fillRows(tbody, rows) {
+  tbody.replaceChildren(...rows.map((cells) => el("tr", {}, ...cells.map((c) => (c instanceof Node ? c : el("td", {}, c))))));
+}
+
+let countdowns = [];
+
+async function refreshStatus() {
+  const [ready, info, routes] = await Promise.all([
+    json("/v1/ready"), json("/v1/system-info"), json("/v1/routes"),
+  ]);
+  const badge = $("readiness");
+  badge.textContent = ready.ready ? "ready" : ready.status;
+  badge.className = `badge ${ready.ready ? "ok" : ready.status === "loading" ? "warn" : "bad"}`;
+  $("ready-text").textContent = ready.ready
+    ? "Every route can be served."
+    : `Not ready (${ready.status}).`;
+  const problems = Object.entries(ready.unservable_routes || {}).map(([task, why]) => el("li", {}, `${task}: ${why}`));
+  for (const error of ready.preload_errors || []) problems.push(el("li", {}, error));
+  $("unservable").replaceChildren(...problems);
+  fillRows($("devices").tBodies[0], info.devices.map((d) => [
+    deviceLabel(d), d.engines.join(", ") || "none", d.detected_by,
+  ]));
+  countdowns = info.loaded.map((m) => ({ at: Date.now(), left: m.unloads_in_s, busy: m.busy }));
+  fillRows($("loaded").tBodies[0], info.loaded.map((m, i) => [
+    m.model, m.device, megabytes(m.memory_bytes), String(m.requests_in_flight ?? m.requests),
+    String(m.queued), el("td", { "data-countdown": i }, countdown(i)), m.backend,
+  ]));
+  $("no-models").hidden = info.loaded.length > 0;
+  showRoutesFile(routes);
+  return routes;
+}
+
+function countdown(index) {
+  const entry = countdowns[index];
+  if (!entry || entry.left === null || entry.left === undefined) return "never (no keep_alive)";
+  if (entry.busy) return "busy";
+  const left = Math.max(entry.left - (Date.now() - entry.at) / 1000, 0);
+  return `${Math.round(left)} s`;
+}
+
+function tickCountdowns() {
+  for (const cell of document.querySelectorAll("[data-countdown]")) {
+    cell.textContent = countdown(Number(cell.dataset.countdown));
+  }
+}
+
+function showRoutesFile(routes) {
+  const loaded = routes.loaded;
+  const when = new Date(loaded.at * 1000).toLocaleTimeString();
+  $("routes-file").textContent =
+    `${routes.path}: loaded at ${when} (${loaded.trigger}), ${routes.reloads} reload(s) since start, ` +
+    `${routes.watching ? "watched for changes" : "not watched (SIGHUP or the admin route reload it)"}.`;
+  const error = routes.last_error;
+  const lines = error
+    ? [el("li", {}, `Last reload refused at ${new Date(error.at * 1000).toLocaleTimeString()} (${error.trigger}); the table above keeps serving:`),
+      ...error.errors.map((e) => el("li", {}, e))]
+    : [];
+  $("reload-errors").replaceChildren(...lines);
+}
+
+// --- routes: each task's plan ---------------------------------------------------------------
+
+let tasks = [];
+
+async function explainAll() {
+  const tokens = Number($("prompt-tokens").value) || 0;
+  const plans = await Promise.all(tasks.map((t) => json(`/v1/routes/${encodeURIComponent(t.id)}/explain?prompt_tokens=${tokens}`)));
+  $("plans").replaceChildren(...plans.map(planCard));
+}
+
+function planCard(plan) {
+  const route = plan.route;
+  const card = el("article", { class: "plan", "data-task": plan.task },
+    el("h2", {}, `${plan.task} `, el("span", { class: "muted" }, `${route.kind}, ${route.model} (${plan.engine}), device ${route.device}`)),
+    el("p", { class: "muted" }, `privacy ${route.privacy}; max_prompt_tokens ${route.context.max_prompt_tokens ?? "—"}, on_overflow ${route.context.on_overflow}; on_failure ${route.on_failure}`));
+  if (plan.budget) card.append(el("p", { class: "verdict" }, `For ${plan.prompt_tokens} tokens: ${plan.budget}`));
+  const attempts = el("ol");
+  for (const attempt of plan.attempts) {
+    const item = el("li", {}, `${attempt.model} on ${attempt.device}: ${attempt.reason}`);
+    if (attempt.emulated) item.append(" ", el("span", { class: "tag" }, "emulated"));
+    if (attempt.budget) item.append(el("div", { class: "muted" }, attempt.budget));
+    attempts.append(item);
+  }
+  card.append(attempts);
+  for (const removed of plan.removed) card.append(el("div", { class: "muted" }, `left out: ${removed}`));
+  if (plan.error) card.append(el("p", { class: "problems" }, `${plan.error.code}: ${plan.error.message}`));
+  return card;
+}
+
+// --- playground -----------------------------------------------------------------------------
+
+let turns = [];
+let running = null; // the AbortController of the answer streaming now
+
+function fillTasks(models) {
+  tasks = models.data.filter((m) => m.zest && m.zest.type === "task" && m.zest.kind !== "embedding");
+  $("task").replaceChildren(...tasks.map((t) => el("option", { value: t.id }, `${t.id} (${t.zest.kind})`)));
+}
+
+function currentKind() {
+  const task = tasks.find((t) => t.id === $("task").value);
+  return task ? task.zest.kind : "chat";
+}
+
+function showTurns() {
+  $("history").replaceChildren(...turns.map((t) => el("div", { class: `turn ${t.role}` }, t.content)));
+}
+
+function requestBody(text) {
+  const body = { model: $("task").value, stream: true, stream_options: { include_usage: true },
+    max_tokens: Number($("max-tokens").value) || 128 };
+  if ($("temperature").value !== "") body.temperature = Number($("temperature").value);
+  if (currentKind() === "completion") return ["/v1/completions", { ...body, prompt: text }];
+  const messages = turns.filter((t) => t.role !== "error").map(({ role, content }) => ({ role, content }));
+  return ["/v1/chat/completions", { ...body, messages }];
+}
+
+const SERVED_HEADERS = ["x-zest-route", "x-zest-plan", "x-zest-pipeline", "x-zest-trimmed", "x-zest-fallbacks", "x-zest-ignored", "x-request-id"];
+
+function showServed(answer, usage, extension) {
+  const rows = [];
+  for (const name of SERVED_HEADERS) {
+    const value = answer.headers.get(name);
+    if (value) rows.push(el("dt", {}, name), el("dd", {}, value));
+  }
+  if (usage) rows.push(el("dt", {}, "usage"), el("dd", {}, JSON.stringify(usage)));
+  if (extension) rows.push(el("dt", {}, "zest"), el("dd", {}, JSON.stringify(extension)));
+  $("served").replaceChildren(...rows);
+}
+
+async function send(event) {
+  event.preventDefault();
+  const text = $("prompt").value;
+  if (!text.trim() || running) return;
+  if (currentKind() === "completion") turns = [];
+  turns.push({ role: "user", content: text });
+  const reply = { role: "assistant", content: "" };
+  turns.push(reply);
+  $("prompt").value = "";
+  showTurns();
+  const [path, body] = requestBody(text);
+  if (currentKind() === "chat") body.messages.pop(); // the empty reply being written
+  running = new AbortController();
+  $("send").disabled = true;
+  $("stop").disabled = false;
+  try {
+    await stream(path, body, reply);
+  } catch (error) {
+    if (!(error instanceof KeyRefused) && error.name !== "AbortError") {
+      turns.push({ role: "error", content: String(error.message || error) });
+    }
+  } finally {
+    running = null;
+    $("send").disabled = false;
+    $("stop").disabled = true;
+    showTurns();
+  }
+}
+
+async function stream(path, body, reply) {
+  const answer = await call(path, {
+    method: "POST", body: JSON.stringify(body), signal: running.signal,
+    headers: { "content-type": "application/json" },
+  });
+  if (!answer.ok) {
+    const failed = await answer.json().catch(() => ({}));
+    showServed(answer, null, null);
+    throw new Error(failed.error ? `${answer.status} ${failed.error.code || ""}: ${failed.error.message}` : `HTTP ${answer.status}`);
+  }
+  let usage = null, extension = null;
+  showServed(answer, null, null);
+  for await (const data of events(answer.body)) {
+    if (data === "[DONE]") break;
+    const chunk = JSON.parse(data);
+    if (chunk.error) throw new Error(`${chunk.error.code || "error"}: ${chunk.error.message}`);
+    for (const choice of chunk.choices || []) {
+      reply.content += choice.delta ? choice.delta.content || "" : choice.text || "";
+    }
+    if (chunk.usage) usage = chunk.usage;
+    if (chunk.zest) extension = chunk.zest;
+    showTurns();
+  }
+  showServed(answer, usage, extension);
+}
+
+async function* events(body) {
+  // Server-sent events: "data: ..." lines, events separated by a blank line.
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = event.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+      if (data) yield data;
+    }
+  }
+}
+
+function setUpPlayground() {
+  $("play-form").addEventListener("submit", send);
+  $("prompt").addEventListener("keydown", (e) => { if (e.key === "Enter" && e.ctrlKey) send(e); });
+  $("stop").addEventListener("click", () => running && running.abort());
+  $("reset").addEventListener("click", () => { turns = []; showTurns(); $("served").replaceChildren(); });
+  $("task").addEventListener("change", () => { turns = []; showTurns(); });
+}
+
+// --- live figures ---------------------------------------------------------------------------
+
+function chart(svg, values, format) {
+  const width = 300, height = 80, known = values.filter((v) => v !== null);
+  const top = Math.max(...known, 0) || 1;
+  const step = width / Math.max(values.length - 1, 1);
+  const points = values.map((v, i) => (v === null ? null : `${(i * step).toFixed(1)},${(height - 12 - (v / top) * (height - 20)).toFixed(1)}`));
+  const lines = [];
+  let run = [];
+  for (const point of [...points, null]) {
+    if (point) run.push(point);
+    else if (run.length) { lines.push(run); run = []; }
+  }
+  svg.replaceChildren();
+  const ns = "http://www.w3.org/2000/svg";
+  for (const line of lines) {
+    const shape = document.createElementNS(ns, line.length > 1 ? "polyline" : "circle");
+    if (line.length > 1) shape.setAttribute("points", line.join(" "));
+    else { const [x, y] = line[0].split(","); shape.setAttribute("cx", x); shape.setAttribute("cy", y); shape.setAttribute("r", "1.8"); shape.setAttribute("fill", "#c0561b"); }
+    svg.append(shape);
+  }
+  const label = document.createElementNS(ns, "text");
+  label.setAttribute("x", "2");
+  label.setAttribute("y", "10");
+  label.textContent = known.length ? `max ${format(top)}, last ${format(known[known.length - 1])}` : "no data yet";
+  svg.append(label);
+}
+
+async function drawLive() {
+  const history = await json("/v1/stats/history");
+  const series = (key) => history.buckets.map((b) => b[key]);
+  chart($("chart-ttft"), series("ttft_p50_s"), (v) => v.toFixed(2));
+  chart($("chart-rate"), series("tokens_per_s"), (v) => v.toFixed(1));
+  chart($("chart-queue"), series("queue_depth"), (v) => String(v));
+  chart($("chart-requests"), series("requests"), (v) => String(v));
+}
+
+// --- start ----------------------------------------------------------------------------------
+
+async function refreshAll() {
+  try {
+    fillTasks(await json("/v1/models"));
+    await refreshStatus();
+    if (!$("routes").hidden) await explainAll();
+    if (!$("live").hidden) await drawLive();
+  } catch (error) {
+    if (!(error instanceof KeyRefused)) console.warn("zest page:", error);
+  }
+}
+
+function every(ms, work) {
+  setInterval(() => work().catch((e) => { if (!(e instanceof KeyRefused)) console.warn("zest page:", e); }), ms);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  setUpKey();
+  setUpTabs();
+  setUpPlayground();
+  $("explain-form").addEventListener("submit", (e) => { e.preventDefault(); explainAll(); });
+  refreshAll();
+  every(2000, refreshStatus);
+  every(5000, async () => { if (!$("live").hidden) await drawLive(); });
+  setInterval(tickCountdowns, 1000);
+});

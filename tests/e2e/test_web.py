@@ -1,0 +1,174 @@
+"""The web page at / in a real headless browser: Debian's Chromium, driven by Playwright for
+Python with the system browser (no browser download). It loads without console errors, shows
+an emulated device as emulated, streams a playground answer with what served it, draws the
+live figures, and asks for a key where the server has keys (a wrong one is refused)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+from tests.e2e.conftest import REPO, Server, start_server, stop_server
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Chromium's own background traffic would knock on a closed network at every start.
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+KEY = "sk-zest-web-1"
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed: run make browser"
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("web") / "zest.log"
+    env = {"ZEST_EMULATE_DEVICES": "npu=cpu:1", "ZEST_API_KEYS": ""}
+    running = start_server(REPO / "routes.yaml", log, env)
+    yield running
+    stop_server(running)
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("web-keyed") / "zest.log"
+    env = {"ZEST_EMULATE_DEVICES": "", "ZEST_API_KEYS": KEY}
+    running = start_server(REPO / "routes.yaml", log, env)
+    yield running
+    stop_server(running)
+
+
+class Opened:
+    """A page of the server's, with what its console and scripts reported."""
+
+    def __init__(self, browser: Browser, server: Server) -> None:
+        self.page: Page = browser.new_page(viewport={"width": 1200, "height": 800})
+        self.problems: list[str] = []
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda error: self.problems.append(f"pageerror: {error}"))
+        self.page.goto(f"{server.base_url}/")
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type in ("error", "warning"):
+            self.problems.append(f"{message.type}: {message.text}")
+
+    def tab(self, name: str) -> None:
+        self.page.click(f"nav button[data-tab={name}]")
+
+
+@pytest.fixture
+def opened(browser: Browser, emulated: Server) -> Iterator[Opened]:
+    page = Opened(browser, emulated)
+    yield page
+    page.page.close()
+
+
+def test_the_status_shows_readiness_devices_emulated_ones_labelled_and_models(
+    opened: Opened,
+) -> None:
+    page = opened.page
+    page.wait_for_selector("#readiness.ok")
+    assert page.text_content("#readiness") == "ready"
+    npu = page.locator("#devices tbody tr", has_text="npu(emulated)")
+    assert npu.locator(".tag").text_content() == "emulated"
+    page.wait_for_selector("#loaded tbody tr")
+    assert page.locator("#loaded tbody tr").first.locator("td").first.text_content() == "smollm2"
+    assert "/routes.yaml: loaded at " in (page.text_content("#routes-file") or "")
+    assert opened.problems == []
+
+
+def test_the_routes_tab_shows_each_task_s_plan(opened: Opened) -> None:
+    opened.tab("routes")
+    opened.page.fill("#prompt-tokens", "600")
+    opened.page.click("#explain-form button")
+    plans = opened.page.locator(".plan")
+    plans.first.wait_for()
+    tasks = [plans.nth(i).get_attribute("data-task") for i in range(plans.count())]
+    assert sorted(str(task) for task in tasks) == [
+        "autocomplete",
+        "chat",
+        "summarization",
+    ]
+    chat = opened.page.locator(".plan[data-task=chat]")
+    assert "smollm2 on " in (chat.locator("li").first.text_content() or "")
+    assert opened.problems == []
+
+
+def test_a_playground_answer_streams_in_with_what_served_it(opened: Opened) -> None:
+    page = opened.page
+    page.wait_for_selector("#readiness.ok")
+    opened.tab("playground")
+    page.select_option("#task", "chat")
+    page.fill("#max-tokens", "12")
+    page.fill("#prompt", "Name a colour.")
+    page.click("#send")
+    page.wait_for_selector("#send:not([disabled])", timeout=60_000)
+    reply = page.locator(".turn.assistant").last.text_content() or ""
+    assert reply.strip()
+    served = dict(
+        zip(
+            page.locator("#served dt").all_text_contents(),
+            page.locator("#served dd").all_text_contents(),
+            strict=True,
+        )
+    )
+    assert served["x-zest-route"].startswith("task=chat; model=smollm2; device=")
+    assert served["x-request-id"].startswith("req_")
+    assert '"completion_tokens"' in served["usage"]
+    assert page.locator(".turn.error").count() == 0
+    assert opened.problems == []
+
+
+def test_the_live_figures_chart_the_requests_served(opened: Opened, emulated: Server) -> None:
+    body = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=60).status_code == 200
+    opened.tab("live")
+    label = opened.page.locator("#chart-requests text")
+    label.wait_for()
+    assert (label.text_content() or "").startswith("max ")
+    assert opened.page.locator("#chart-requests polyline").count() >= 1
+    assert opened.problems == []
+
+
+def test_a_server_with_keys_asks_for_one_and_refuses_a_wrong_one(
+    browser: Browser, keyed: Server
+) -> None:
+    opened = Opened(browser, keyed)
+    page = opened.page
+    try:
+        page.wait_for_selector("#key-dialog[open]")
+        assert "missing API key" in (page.text_content("#key-reason") or "")
+        page.fill("#key-input", "sk-wrong")
+        page.click("#key-save")
+        page.wait_for_selector("#key-dialog[open]")
+        assert "The key was refused: invalid API key" in (page.text_content("#key-reason") or "")
+        page.fill("#key-input", KEY)
+        page.click("#key-save")
+        page.wait_for_selector("#readiness.ok")
+        page.wait_for_selector("#loaded tbody tr")
+        page.reload()  # the key is kept for the tab's session: no second prompt
+        page.wait_for_selector("#readiness.ok")
+        assert not page.locator("#key-dialog").is_visible()
+    finally:
+        page.close()
+    # The refusals show in the console as the 401s they are, and nothing else does.
+    assert all("401" in problem for problem in opened.problems), opened.problems
