@@ -11,7 +11,9 @@ import sys
 
 from openai import OpenAI
 
-client = OpenAI(base_url=os.environ.get("ZEST_URL", "http://127.0.0.1:8000/v1"), api_key="unused")
+# ZEST_URL: the server's root, with or without /v1 (as for every zest command).
+ROOT = os.environ.get("ZEST_URL", "http://127.0.0.1:8000").rstrip("/").removesuffix("/v1")
+client = OpenAI(base_url=f"{ROOT}/v1", api_key=os.environ.get("ZEST_API_KEY", "unused"))
 text = " ".join(sys.argv[1:]) or "Invoice 12 from ACME: 3 bolts at 2.50, total 7.50 EUR"
 answer = client.chat.completions.create(
     model="extract_invoice",  # the task: its schema comes from routes.yaml

@@ -10,7 +10,9 @@ import sys
 
 from openai import OpenAI
 
-client = OpenAI(base_url=os.environ.get("ZEST_URL", "http://127.0.0.1:8000/v1"), api_key="unused")
+# ZEST_URL: the server's root, with or without /v1 (as for every zest command).
+ROOT = os.environ.get("ZEST_URL", "http://127.0.0.1:8000").rstrip("/").removesuffix("/v1")
+client = OpenAI(base_url=f"{ROOT}/v1", api_key=os.environ.get("ZEST_API_KEY", "unused"))
 DOCUMENTS = [
     "To reset your password, open Settings, choose Account and press Reset password.",
     "Invoices are sent on the first day of each month to the billing e-mail address.",

@@ -8,7 +8,9 @@ import sys
 
 import httpx
 
-base = os.environ.get("ZEST_URL", "http://127.0.0.1:8000/v1")
+# ZEST_URL: the server's root, with or without /v1 (as for every zest command).
+ROOT = os.environ.get("ZEST_URL", "http://127.0.0.1:8000").rstrip("/").removesuffix("/v1")
+base = f"{ROOT}/v1"
 text = (
     sys.stdin.read()
     if not sys.stdin.isatty()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from zest.errors import EvalFileError
+from zest.gateway.cli._client import add_gateway_options, gateway_of
 from zest.gateway.cli._eval_cases import (
     Case,
     CaseResult,
@@ -30,7 +30,6 @@ from zest.gateway.cli._eval_cases import (
 
 __all__ = ["add_eval_command"]
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_FAILED, EXIT_UNUSABLE = 1, 2
 
 
@@ -39,8 +38,7 @@ def add_eval_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "eval", help="run a JSONL quality set against a running gateway (exit 1 on a failure)"
     )
     command.add_argument("file", type=Path, help="JSONL file, one case per line")
-    command.add_argument("--url", help=f"the gateway (default: $ZEST_URL or {DEFAULT_URL})")
-    command.add_argument("--api-key", help="sent as a bearer token (default: $ZEST_API_KEY)")
+    add_gateway_options(command)
     command.add_argument("--concurrency", type=int, default=1, metavar="N", help="cases at once")
     command.add_argument("--timeout", type=float, default=120.0, help="seconds per case")
     command.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report")
@@ -53,10 +51,9 @@ def _eval(args: argparse.Namespace) -> int:
     except EvalFileError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return EXIT_UNUSABLE
-    url = (args.url or os.environ.get("ZEST_URL") or DEFAULT_URL).rstrip("/").removesuffix("/v1")
-    key = args.api_key or os.environ.get("ZEST_API_KEY")
-    headers = {"authorization": f"Bearer {key}"} if key else {}
-    with httpx.Client(base_url=url, headers=headers, timeout=args.timeout) as client:
+    gateway = gateway_of(args)
+    url = gateway.url
+    with gateway.client(timeout=args.timeout) as client:
         problem = _unusable_gateway(client, url, cases, str(args.file))
         if problem:
             print(problem, file=sys.stderr)

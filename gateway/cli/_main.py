@@ -12,6 +12,7 @@ from pathlib import Path
 
 from zest.engines import ModelFacts
 from zest.errors import ConfigError, ZestError
+from zest.gateway.cli._chat import add_chat_commands
 from zest.gateway.cli._eval import add_eval_command
 from zest.gateway.cli._init import ROUTES_HELP, add_init_command, routes_file
 from zest.gateway.cli._models import add_models_command
@@ -73,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     add_init_command(commands)
     add_models_command(commands)
     add_eval_command(commands)
+    add_chat_commands(commands)
 
     bench = commands.add_parser("bench", help="benchmark zest against llama_cpp.server")
     bench.add_argument("--model", type=Path, help="GGUF file (default: the bundled SmolLM2)")

@@ -13,6 +13,7 @@ import httpx
 
 from zest.engines import resolve_source
 from zest.errors import ModelFileMissingError, ZestError
+from zest.gateway.cli._client import server_root
 from zest.gateway.cli._init import ROUTES_HELP, routes_file
 from zest.gateway.cli._progress import human_size
 from zest.gateway.cli._pull import disk_size, pull
@@ -135,7 +136,7 @@ def _add_loaded(rows: list[ModelRow], url: str, api_key: str | None) -> None:
 
 
 def _system_info(url: str, api_key: str | None) -> dict[str, Any]:
-    base = url.rstrip("/").removesuffix("/v1").removesuffix("/api")
+    base = server_root(url)
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         response = httpx.get(f"{base}/api/v1/system-info", headers=headers, timeout=10)

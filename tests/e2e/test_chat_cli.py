@@ -1,0 +1,97 @@
+"""`zest chat` through a pseudo-terminal, as a person types into it, and `zest run` one shot,
+against the real server: streamed answers, history kept until /reset, /task, Ctrl-C stopping
+the answer and not the session, Ctrl-D leaving."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pexpect
+
+from tests.e2e.conftest import ZEST, Server, run_zest
+
+ENV = {**os.environ, "ZEST_API_KEY": "", "TERM": "dumb"}
+
+
+def chat(server: Server, *args: str) -> pexpect.spawn:
+    child = pexpect.spawn(
+        str(ZEST), ["chat", *args, "--url", server.base_url], env=ENV, encoding="utf-8", timeout=90
+    )
+    child.expect_exact("/quit (or Ctrl-D) leaves")
+    return child
+
+
+def test_a_conversation_keeps_its_history_until_reset(server: Server) -> None:
+    child = chat(server, "--max-tokens", "24", "--temperature", "0")
+    child.expect_exact("chat> ")
+    child.sendline("My name is Ada. Say hello to me.")
+    child.expect(r"\[smollm2 on [^;]+; (\d+) in, (\d+) out")
+    first_prompt = int(child.match.group(1))
+    child.expect_exact("chat> ")
+    child.sendline("What is my name?")
+    child.expect(r"\[smollm2 on [^;]+; (\d+) in, ")
+    assert int(child.match.group(1)) > first_prompt + 10  # the first turn went along
+    child.expect_exact("chat> ")
+    child.sendline("/reset")
+    child.expect_exact("(history cleared)")
+    child.sendline("Hi")
+    child.expect(r"\[smollm2 on [^;]+; (\d+) in, ")
+    assert int(child.match.group(1)) < first_prompt
+    child.expect_exact("chat> ")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_ctrl_c_stops_the_answer_not_the_session(server: Server) -> None:
+    child = chat(server, "--max-tokens", "400", "--temperature", "0")
+    child.expect_exact("chat> ")
+    child.sendline("Write a long story about a dragon and a knight.")
+    child.expect(r"\w+ \w+ \w+")  # the answer has begun
+    child.sendintr()
+    child.expect_exact("(stopped)")
+    child.expect_exact("chat> ")
+    child.sendintr()  # at the prompt: it says how to leave instead
+    child.expect_exact("(Ctrl-D or /quit leaves)")
+    child.sendline("/task autocomplete")
+    child.expect_exact("(task autocomplete, completion; history cleared)")
+    child.expect_exact("autocomplete> ")
+    child.sendline("def add(a, b):")
+    child.expect(r"\[smollm2 on ")
+    child.sendline("/task nosuch")
+    child.expect_exact("error: unknown task 'nosuch': use one of ")
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_run_answers_once_from_arguments_or_stdin(server: Server) -> None:
+    url = ["--url", f"{server.base_url}/v1"]  # the /v1 form is the same server
+    argued = run_zest("run", "chat", "Name", "a", "colour.", "--max-tokens", "8", *url, env=ENV)
+    assert argued.returncode == 0, argued.stderr
+    assert argued.stdout.strip()
+    assert argued.stderr.startswith("[smollm2 on ")
+    piped = subprocess.run(
+        [str(ZEST), "run", "summarization", *url, "--max-tokens", "16"],
+        input="The meeting moved from Monday to Friday because the room was booked.",
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+        check=False,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.strip()
+
+
+def test_run_names_what_is_wrong(server: Server) -> None:
+    unknown = run_zest("run", "nosuch", "hi", "--url", server.base_url, env=ENV)
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith("zest: unknown task 'nosuch': use one of ")
+    down = run_zest("run", "chat", "hi", "--url", "http://127.0.0.1:9", env=ENV)
+    assert down.returncode == 1
+    assert "cannot reach the gateway at http://127.0.0.1:9" in down.stderr
+    assert "start it with `zest serve`" in down.stderr
