@@ -311,7 +311,8 @@ class LlamaCppEngine(Engine):
         def part(device: Device) -> str:
             where = "GPU offload" if device.name == "gpu" and not device.emulated else "CPU"
             note = ", emulated" if device.emulated else ""
-            return f"{device.name}: {where}, {self._threads(device)} threads{note}"
+            threads = self._threads(device)
+            return f"{device.name}: {where}, {threads} thread{'' if threads == 1 else 's'}{note}"
 
         if self.placement.split:
             return (

@@ -429,7 +429,8 @@ def _backend(
     if split is not None:
         where = f"prefill {split.prefill} -> decode {split.decode}"
         return f"onnxruntime-genai {version} (hybrid: {where}; {names})"
-    return f"onnxruntime-genai {version} ({names}, {threads or 'default'} threads)"
+    count = "default threads" if not threads else f"{threads} thread{'' if threads == 1 else 's'}"
+    return f"onnxruntime-genai {version} ({names}, {count})"
 
 
 def _folder_bytes(folder: Path) -> int:

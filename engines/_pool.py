@@ -358,7 +358,7 @@ def describe(entry: LoadedEngine, now: float, policy: ModelPolicy | None) -> dic
         "loaded_at": entry.loaded_at,
         "last_used_s_ago": round(now - entry.last_used, 3),
         "busy": entry.busy,
-        "requests": entry.leases,
+        "requests_in_flight": entry.leases,
         "queued": entry.engine.pending(),
         "pinned": bool(policy and policy.pinned),
         "keep_alive_s": keep_alive,

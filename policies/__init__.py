@@ -1,6 +1,6 @@
 """Policies over requests and plans: pure functions, no I/O."""
 
-from zest.policies._budget import Budget, plan_budget, prompt_limit
+from zest.policies._budget import Budget, describe_budget, plan_budget, prompt_limit
 from zest.policies._fallback import FailureKind, classify_failure, may_advance
 from zest.policies._trim import (
     APPROXIMATION,
@@ -23,6 +23,7 @@ __all__ = [
     "Trimmed",
     "approximate_tokens",
     "classify_failure",
+    "describe_budget",
     "fit_prompt",
     "may_advance",
     "plan_budget",

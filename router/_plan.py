@@ -267,11 +267,25 @@ def _plan_pinned(p: _Planner, device: str, wanted: tuple[str, str]) -> None:
     if "cpu" in names and not p.route.allow_cpu:
         p.leave_out(device, "runs on cpu but allow_cpu is false", "policy")
     elif missing:
-        verb = "is" if len(missing) == 1 else "are"
-        p.leave_out(device, f"{' and '.join(missing)} {verb} not available (found: {p.found})")
+        p.leave_out(device, _why_unusable(p, missing))
     else:  # a pinned split goes to the engine even when auto would not split for it
         who = "the route" if not p.prefix else "the fallback entry"
         p.add(wanted[0], wanted[1], f"device {device} pinned by {who}")
+
+
+def _why_unusable(p: _Planner, missing: list[str]) -> str:
+    """A device this machine lacks, or one it has that cannot run this model's engine (an
+    emulated device runs only the engines that run on CPU threads)."""
+    present = [p.devices[d] for d in missing if d in p.devices]
+    if not present:
+        verb = "is" if len(missing) == 1 else "are"
+        return f"{' and '.join(missing)} {verb} not available (found: {p.found})"
+    device = present[0]
+    runs = ", ".join(sorted(device.engines)) or "no engine"
+    why = f"{device.label} cannot run engine {p.traits.engine!r} (it runs {runs})"
+    if device.emulated:
+        why += ": an emulated device runs only engines that work on CPU threads"
+    return why
 
 
 def _plan_cpu_fallback(p: _Planner) -> None:
@@ -325,6 +339,15 @@ def _no_device_error(p: _Planner) -> DeviceUnavailableError:
         policy = "and no other device that can run this model is allowed"
     else:
         policy = f"and the fallback to cpu is forbidden by routes.{task}.allow_cpu: false"
+    wanted = parse_device(route.device) or ()
+    if wanted and all(name in p.devices for name in wanted):  # there, but not for this engine
+        return DeviceUnavailableError(
+            f"route {task!r} needs device {route.device!r}, which cannot run engine "
+            f"{p.traits.engine!r} here ({'; '.join(p.removed)}), {policy}: route the model to a "
+            f"device that runs it (routes.{task}.device) or use a model of an engine the device "
+            "runs",
+            tuple(p.removed),
+        )
     return DeviceUnavailableError(
         f"route {task!r} needs device {route.device!r}, which is not usable here "
         f"(found: {p.found}), {policy}: declare the device (ZEST_EMULATE_DEVICES, e.g. "

@@ -191,13 +191,21 @@ async def _prefix(base: str, rounds: int) -> tuple[float, float]:
 
 
 def run_bench(
-    model: Path, *, threads: int, out: Path, levels: list[int], rounds: int, max_tokens: int
+    model: Path,
+    *,
+    threads: int,
+    out: Path,
+    levels: list[int],
+    rounds: int,
+    max_tokens: int,
+    ports: tuple[int | None, int | None] = (None, None),
 ) -> dict[str, Any]:
+    """`ports`: zest's and the peer's loopback ports (None: a free one)."""
     out.mkdir(parents=True, exist_ok=True)
     results: list[Level] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        zest_port, peer_port = _free_port(), _free_port()
+        zest_port, peer_port = ports[0] or _free_port(), ports[1] or _free_port()
         routes = _routes_file(model, threads, folder)
         zest_cmd = zest_command(
             "serve", "--routes", str(routes), "--port", str(zest_port), "--log-level", "warning"

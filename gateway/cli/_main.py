@@ -19,7 +19,7 @@ from zest.gateway.cli._models import add_models_command
 from zest.gateway.cli._serve import add_serve_command
 from zest.gateway.cli._settings import preflight_or_raise, settings_from
 from zest.gateway.cli._tables import print_table
-from zest.router import LoadedRoutes, ModelConfig, RemoteModel, load_routes
+from zest.router import REMOTE_DEVICE, LoadedRoutes, ModelConfig, RemoteModel, load_routes
 
 __all__ = ["main"]
 
@@ -30,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:  # `zest explain chat | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141  # as a process ended by SIGPIPE
     except ConfigError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1
@@ -38,10 +41,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zest-gateway")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zest", description="Declarative routing gateway for local LLMs."
     )
+    parser.add_argument("--version", action="version", version=f"zest {_version()}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     add_serve_command(commands)
@@ -82,6 +95,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--levels", default="1,2,4,8", help="concurrency levels (default 1,2,4,8)")
     bench.add_argument("--rounds", type=int, default=2, help="rounds per level (default 2)")
     bench.add_argument("--max-tokens", type=int, default=64)
+    bench.add_argument("--port", type=int, help="zest's loopback port (default: a free one)")
+    bench.add_argument(
+        "--peer-port", type=int, help="llama_cpp.server's loopback port (default: a free one)"
+    )
     bench.add_argument(
         "--out",
         type=Path,
@@ -105,6 +122,7 @@ def _bench(args: argparse.Namespace) -> int:
         levels=levels,
         rounds=args.rounds,
         max_tokens=args.max_tokens,
+        ports=(args.port, args.peer_port),
     )
     print(format_report(report))
     print(f"\nwritten: {args.out / 'bench.json'}, {args.out / 'bench.png'}")
@@ -113,17 +131,23 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     from zest.engines import detect_inventory
-    from zest.gateway.serving import explain_task, format_explanation
+    from zest.gateway.serving import explain_task, format_explanation, preflight
 
     settings = settings_from(routes=args.routes)
     routes = load_routes(routes_file(settings.routes))
     inventory = detect_inventory(settings.emulate_devices)
+    facts = preflight(routes, inventory.devices).facts  # the contexts the models get
+    contexts = {
+        model_id: routes.config.models[model_id].context_length or found.max_context
+        for model_id, found in facts.items()
+    }
     explained = explain_task(
         routes.config,
         inventory,
         args.task,
         args.prompt_tokens,
         strict_privacy=settings.privacy == "strict",
+        contexts=contexts,
     )
     print(json.dumps(explained, indent=2) if args.json else format_explanation(explained))
     return 1 if "error" in explained else 0
@@ -171,7 +195,8 @@ def _print_routes(loaded: LoadedRoutes) -> None:
     rows = []
     for task, route in config.routes.items():
         model = config.models[route.model]
-        cells = (task, route.kind, route.model, model.engine, route.device, str(route.max_tokens))
+        device = route.device if model.local else REMOTE_DEVICE.name  # no local device
+        cells = (task, route.kind, route.model, model.engine, device, str(route.max_tokens))
         rows.append((*cells, _source(model)))
     headers = ("TASK", "KIND", "MODEL", "ENGINE", "DEVICE", "MAX_TOKENS", "SOURCE")
     print_table(headers, rows)

@@ -94,9 +94,27 @@ def disk_size(path: Path) -> int:
 # Local files and folders
 
 
+def _check_model(path: Path, what: str) -> None:
+    """Only what a route can serve is pulled: a GGUF file or an ONNX Runtime GenAI folder."""
+    if path.is_dir():
+        if (path / "genai_config.json").is_file():
+            return
+        found = "a folder without genai_config.json"
+    else:
+        with path.open("rb") as file:
+            if file.read(4) == b"GGUF":
+                return
+        found = "a file that does not start with GGUF's magic bytes"
+    raise PullError(
+        f"{what} is not a model zest can serve ({found}): pull a GGUF file (llamacpp) or an "
+        "ONNX Runtime GenAI model folder with its genai_config.json (onnx-genai)"
+    )
+
+
 def _pull_path(path: Path, target: Path, force: bool) -> Pulled:
     if not path.exists():
         raise PullError(f"no such file or folder: {path}")
+    _check_model(path, str(path))
     if target.exists() and not force:
         return _pulled(target, copied=False)
     with Transfer(f"copying {path.name}", disk_size(path)) as progress, _staged(target) as tmp:
@@ -193,6 +211,7 @@ def _download(response: httpx.Response, target: Path) -> None:
                 f"download incomplete: got {received} of {total} bytes from "
                 f"{response.url}: run the pull again"
             )
+        _check_model(tmp, str(response.url))  # refused: nothing is left in the cache
 
 
 # Hugging Face

@@ -395,13 +395,16 @@ async def explain_get(task: str, runtime: Runtime, prompt_tokens: int = 0) -> di
             "in tokens",
             param="prompt_tokens",
         )
+    routes = runtime.routes
+    find_route(task, None, routes.config)  # an unknown task is a 404 before anything is read
     return explain_task(
-        runtime.routes.config,
+        routes.config,
         runtime.inventory,
         task,
         prompt_tokens,
         runtime.queue_depths(),
         strict_privacy=runtime.strict_privacy,
+        contexts=await runtime.model_contexts(routes),
     )
 
 
@@ -426,6 +429,7 @@ async def explain_post(
         tokens,
         runtime.queue_depths(),
         strict_privacy=runtime.strict_privacy,
+        contexts=await runtime.model_contexts(routes),
     )
 
 

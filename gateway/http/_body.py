@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 from typing import Any, TypeVar
@@ -11,6 +10,7 @@ from litestar import Request
 from pydantic import BaseModel, ValidationError
 
 from zest.errors import BadRequestError, UnsupportedMediaTypeError, clipped, shown
+from zest.gateway.http._body_errors import validation_error
 from zest.gateway.serving import (
     IGNORED_FIELDS,
     EmbeddingRequest,
@@ -37,12 +37,6 @@ Body = TypeVar("Body", bound=BaseModel)
 # far below the point where reading one costs (Python refuses 4300 with its own advice).
 MAX_DIGITS = 64
 # What the client should send for a value of the wrong type (the pydantic error type).
-_SEND_INSTEAD = {
-    "bool_type": "send true or false",
-    "int_type": "send a whole number",
-    "float_type": "send a number",
-    "string_type": "send a string",
-}
 
 
 class _NotJson(ValueError):
@@ -128,7 +122,7 @@ def _validated(request: Request[Any, Any, Any], schema: type[Body], data: dict[s
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
-        raise _validation_error(exc, schema) from None
+        raise validation_error(exc, schema) from None
 
 
 def _lone_surrogate(value: Any, path: str = "") -> str | None:
@@ -167,37 +161,3 @@ def _drop_ignored(data: dict[str, Any]) -> list[str]:
     if ignored:
         log.debug("ignored fields that change nothing here: %s", ", ".join(ignored))
     return ignored
-
-
-def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadRequestError:
-    errors = exc.errors()
-    # A misspelt key also makes its required key "missing": name the misspelling first.
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    param = clipped(".".join(str(p) for p in err["loc"])) or None
-    if err["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(str(err["loc"][-1]), list(schema.model_fields), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else "remove it (the README lists them)"
-        message = f"unknown parameter: {hint}"
-    elif err["type"] == "missing":
-        message = "missing required parameter"
-    else:
-        kind, message = _wrong_value(err["type"], err["msg"], err["input"])
-        if kind != "value_error":
-            message += f", got {shown(err['input'])}"
-        if kind in _SEND_INSTEAD:
-            message += f": {_SEND_INSTEAD[kind]}"
-    return BadRequestError(f"{param}: {message}" if param else message, param=param)
-
-
-def _wrong_value(kind: str, message: str, value: Any) -> tuple[str, str]:
-    """The error's kind and message, telling a typo ("hot") from a quoted number ("0.5")."""
-    if kind == "float_type" and isinstance(value, str):
-        try:
-            float(value)
-        except ValueError:
-            return (
-                "float_parsing",
-                "Input should be a valid number, unable to parse string as a number",
-            )
-        return kind, "Input should be a number, not a string"
-    return kind, message.removeprefix("Value error, ")

@@ -8,6 +8,7 @@ from typing import Any
 from zest.engines import Inventory
 from zest.errors import DeviceUnavailableError
 from zest.gateway.serving._planning import plan_for
+from zest.policies import describe_budget
 from zest.router import STRICT_REASON, Device, Placement, RouteConfig, RoutesFile, find_route
 
 __all__ = ["describe_inventory", "explain_task", "format_explanation"]
@@ -30,8 +31,11 @@ def explain_task(
     load: Mapping[str, int] | None = None,
     *,
     strict_privacy: bool = False,
+    contexts: Mapping[str, int | None] | None = None,
 ) -> dict[str, Any]:
-    """The plan for `task` without running it; an impossible plan is shown with its error."""
+    """The plan for `task` without running it; an impossible plan is shown with its error.
+    Each attempt says what its budget does to a prompt of `prompt_tokens` tokens, with the
+    model's context from `contexts` (by model id; default: the declared context_length)."""
     route = find_route(task, None, routes)
     result: dict[str, Any] = {
         "task": task,
@@ -72,11 +76,25 @@ def explain_task(
             "removed": list(exc.removed),
             "error": exc.to_body()["error"],
         }
+    known = dict(contexts or {})
     attempts = [
-        {"model": a.model, "engine": a.engine, **_placement(a.placement), "reason": a.reason}
-        for a in plan.attempts
+        {
+            "model": a.model,
+            "engine": a.engine,
+            **_placement(a.placement),
+            "reason": a.reason,
+            "budget": describe_budget(
+                task=task,
+                route=route,
+                prompt_tokens=prompt_tokens,
+                context_length=known.get(a.model, routes.models[a.model].context_length),
+                last=number == len(plan.attempts) - 1,
+            ),
+        }
+        for number, a in enumerate(plan.attempts)
     ]
-    return {**result, "attempts": attempts, "removed": list(plan.removed)}
+    budget = attempts[0]["budget"] if attempts else None
+    return {**result, "budget": budget, "attempts": attempts, "removed": list(plan.removed)}
 
 
 def device_entry(device: Device) -> dict[str, Any]:
@@ -113,6 +131,7 @@ def format_explanation(explained: dict[str, Any]) -> str:
         lines.append(
             f"attempt {number}: {attempt['model']} on {attempt['device']}: {attempt['reason']}"
         )
+        lines.append(f"  budget: {attempt['budget']}")
     lines += [f"removed: {reason}" for reason in explained["removed"]]
     if "error" in explained:
         lines.append(f"error ({explained['error']['code']}): {explained['error']['message']}")

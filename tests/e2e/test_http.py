@@ -149,7 +149,10 @@ BAD_BODIES = [
         "temperature: Input should be a valid number, unable to parse string as a number, "
         "got 'hot'",
     ),
-    ({"model": "chat", "messages": "hello"}, "messages: Input should be a valid list, got 'hello'"),
+    (
+        {"model": "chat", "messages": "hello"},
+        "messages: Input should be a valid list, got 'hello': send a list (a JSON array)",
+    ),
     (
         {"model": "chat", "messages": HI, "max_token": 5},
         "max_token: unknown parameter: did you mean 'max_tokens'?",

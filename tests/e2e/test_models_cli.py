@@ -142,17 +142,17 @@ def test_pull_copies_a_folder_under_the_name_given(env: dict[str, str], tmp_path
 
 def test_pull_keeps_what_is_there_unless_forced(env: dict[str, str], tmp_path: Path) -> None:
     model = tmp_path / "m.gguf"
-    model.write_bytes(b"first")
+    model.write_bytes(b"GGUF first")
     assert zest(env, "models", "pull", str(model)).returncode == 0
-    model.write_bytes(b"second")
+    model.write_bytes(b"GGUF second")
     again = zest(env, "models", "pull", str(model))
     assert again.returncode == 0
     assert again.stdout.splitlines()[0] == (
         f"already there: {cached(env, 'm.gguf')} (--force replaces it)"
     )
-    assert cached(env, "m.gguf").read_bytes() == b"first"
+    assert cached(env, "m.gguf").read_bytes() == b"GGUF first"
     assert zest(env, "models", "pull", str(model), "--force").returncode == 0
-    assert cached(env, "m.gguf").read_bytes() == b"second"
+    assert cached(env, "m.gguf").read_bytes() == b"GGUF second"
     assert leftovers(env) == []
 
 
@@ -171,6 +171,37 @@ def test_pull_names_a_missing_file(env: dict[str, str], tmp_path: Path) -> None:
     result = zest(env, "models", "pull", str(tmp_path / "nope.gguf"))
     assert result.returncode == 1
     assert result.stderr.strip() == f"zest: no such file or folder: {tmp_path / 'nope.gguf'}"
+
+
+def test_pull_refuses_what_no_route_could_serve(env: dict[str, str], tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a model")
+    (tmp_path / "folder").mkdir()
+    for what, found in (
+        (notes, "a file that does not start with GGUF's magic bytes"),
+        (tmp_path / "folder", "a folder without genai_config.json"),
+    ):
+        result = zest(env, "models", "pull", str(what))
+        assert result.returncode == 1
+        assert result.stderr.strip() == (
+            f"zest: {what} is not a model zest can serve ({found}): pull a GGUF file (llamacpp) "
+            "or an ONNX Runtime GenAI model folder with its genai_config.json (onnx-genai)"
+        )
+    assert leftovers(env) == []
+    assert not (Path(env["ZEST_CACHE"]) / "models" / "notes.txt").exists()
+
+
+def test_a_downloaded_file_that_is_not_a_model_is_not_kept(
+    env: dict[str, str], file_server: FileServer
+) -> None:
+    file_server.files["/page.gguf"] = Served(b"<html>a login page</html>")
+    result = zest(env, "models", "pull", f"{file_server.url}/page.gguf")
+    assert result.returncode == 1
+    assert "is not a model zest can serve (a file that does not start with GGUF's" in (
+        result.stderr
+    )
+    assert not cached(env, "page.gguf").exists()
+    assert leftovers(env) == []
 
 
 # pull from a URL

@@ -116,7 +116,7 @@ async function refreshStatus() {
   ]));
   countdowns = info.loaded.map((m) => ({ at: Date.now(), left: m.unloads_in_s, busy: m.busy }));
   fillRows($("loaded").tBodies[0], info.loaded.map((m, i) => [
-    m.model, m.device, megabytes(m.memory_bytes), String(m.requests_in_flight ?? m.requests),
+    m.model, m.device, megabytes(m.memory_bytes), String(m.requests_in_flight),
     String(m.queued), el("td", { "data-countdown": i }, countdown(i)), m.backend,
   ]));
   $("no-models").hidden = info.loaded.length > 0;

@@ -146,13 +146,34 @@ def test_a_missing_device_without_fallback_is_a_503_naming_everything() -> None:
 
 
 def test_a_device_the_engine_cannot_use_does_not_count() -> None:
-    with pytest.raises(ServiceUnavailableError, match=r"\(found: cpu, npu\)"):
+    """Found, but not for this engine: the error says so instead of 'declare the device'."""
+    with pytest.raises(ServiceUnavailableError) as refused:
         plan_route(
             "t",
             route(device="npu", allow_cpu=False),
             engine="llamacpp",
             devices=devices(CPU, REAL_NPU),
         )
+    assert refused.value.message == (
+        "route 't' needs device 'npu', which cannot run engine 'llamacpp' here (npu: npu cannot "
+        "run engine 'llamacpp' (it runs onnx-genai)), and the fallback to cpu is forbidden by "
+        "routes.t.allow_cpu: false: route the model to a device that runs it (routes.t.device) "
+        "or use a model of an engine the device runs"
+    )
+
+
+def test_an_emulated_gpu_is_named_as_running_only_cpu_thread_engines() -> None:
+    with pytest.raises(ServiceUnavailableError) as refused:
+        plan_route(
+            "t",
+            route(device="gpu", allow_cpu=False),
+            engine="onnx-genai",
+            devices=devices(CPU, GPU),
+        )
+    assert "gpu(emulated) cannot run engine 'onnx-genai' (it runs llamacpp): an emulated " in (
+        refused.value.message
+    )
+    assert "declare the device" not in refused.value.message
 
 
 @pytest.mark.parametrize("device", ["hybrid", "npu->gpu"])

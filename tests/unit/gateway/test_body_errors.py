@@ -1,0 +1,56 @@
+"""Validation errors in the client's words: its own key path (no union members such as
+`list[TextPart]` or `str`), one message for a union ("send a string or a list"), a content part
+that is not text named as such, and what to send instead (issue 14's newcomer stumbles)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from zest.gateway.http._body_errors import validation_error
+from zest.gateway.serving import ChatRequest, ResponsesRequest
+
+HI = [{"role": "user", "content": "Hi"}]
+
+
+def message(schema: type[BaseModel], body: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as invalid:
+        schema.model_validate(body)
+    return validation_error(invalid.value, schema).message
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+            "messages.0.content.0: a part with 'image_url' is not text: zest serves text only: "
+            'send parts of type text ({"type": "text", "text": "..."})',
+        ),
+        ({"messages": HI, "stop": 5}, "stop: send a string or a list (a JSON array), got 5"),
+        (
+            {"messages": HI, "tools": "x"},
+            "tools: Input should be a valid list, got 'x': send a list (a JSON array)",
+        ),
+        (
+            {"messages": HI, "stream_options": {"include_usage": "yes"}},
+            "stream_options.include_usage: Input should be a valid boolean, got 'yes': send "
+            "true or false",
+        ),
+        (
+            {"messages": HI, "tool_choice": "always"},
+            "tool_choice: Input should be 'auto', 'none' or 'required', got 'always'",
+        ),
+    ],
+    ids=["image part", "union", "list", "boolean", "literal"],
+)
+def test_chat_bodies(body: dict[str, Any], expected: str) -> None:
+    assert message(ChatRequest, {"model": "chat", **body}) == expected
+
+
+def test_a_union_of_the_responses_api_is_one_message() -> None:
+    assert message(ResponsesRequest, {"model": "chat", "input": 5}) == (
+        "input: send a string or a list (a JSON array), got 5"
+    )
