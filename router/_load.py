@@ -192,6 +192,11 @@ def _policy_problems(where: str, route: RouteConfig) -> list[str]:
             f"{where}.system_prompt: a {route.kind} route has no messages to put it before, so "
             "it would be ignored: remove it, or make the route kind: chat"
         )
+    if route.kind != "chat" and route.examples:
+        problems.append(
+            f"{where}.examples: a {route.kind} route has no messages to put examples before: "
+            "remove them, or make the route kind: chat"
+        )
     if route.kind != "chat" and route.tools == "deny":
         problems.append(f"{where}.tools: only chat routes take tools: remove the key")
     if route.kind == "completion" and route.context.trim == "turns":

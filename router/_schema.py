@@ -26,6 +26,7 @@ __all__ = [
     "ENGINE_MODELS",
     "REMOTE_ENGINE",
     "ContextPolicy",
+    "Example",
     "FallbackEntry",
     "JsonSchemaFormat",
     "Lifecycle",
@@ -355,6 +356,13 @@ class ResponseFormat(_Strict):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
+class Example(_Strict):
+    """One few-shot exchange a chat route puts before every request's messages."""
+
+    user: str = Field(min_length=1)
+    assistant: str = Field(min_length=1)
+
+
 class RouteConfig(_Strict):
     # chat (messages), completion (prompt), or embedding (input texts -> vectors).
     kind: Literal["chat", "completion", "embedding"]
@@ -369,6 +377,9 @@ class RouteConfig(_Strict):
     priority: int = Field(default=0, ge=-100, le=100)
     max_tokens: int = Field(default=512, ge=1, le=1_048_576)
     system_prompt: str | None = None
+    # Chat routes: few-shot exchanges after the system prompt, before the request's messages
+    # (a small model follows an example far better than an instruction).
+    examples: tuple[Example, ...] = ()
     description: str = ""
     sampling: Sampling = Sampling()
     context: ContextPolicy = ContextPolicy()

@@ -181,6 +181,11 @@ def build_prompt(
     if system and chat[0]["role"] == "system":  # one system turn: templates expect one, first
         system.append(chat.pop(0)["content"])
     head: list[Message] = [{"role": "system", "content": "\n\n".join(system)}] if system else []
+    for example in route.examples:  # few-shot turns: the route's, before the request's
+        head += [
+            {"role": "user", "content": example.user},
+            {"role": "assistant", "content": example.assistant},
+        ]
     return Prompt.chat(head + chat)
 
 

@@ -7,6 +7,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.conftest import REPO, Server, free_port, run_zest
 
 SMOKE = REPO / "examples" / "evals" / "smoke.jsonl"
@@ -14,6 +16,17 @@ SMOKE = REPO / "examples" / "evals" / "smoke.jsonl"
 
 def zest_eval(*args: str) -> subprocess.CompletedProcess[str]:
     return run_zest("eval", *args, timeout=600)
+
+
+@pytest.mark.parametrize("task", ["chat", "summarization", "autocomplete"])
+def test_each_default_task_passes_its_quality_set(server: Server, task: str) -> None:
+    """examples/evals/TASK.jsonl: what the default routes.yaml's tuning (system prompts, one
+    few-shot example, temperatures) is held to on the bundled 135M model."""
+    quality = SMOKE.with_name(f"{task}.jsonl")
+    result = zest_eval(str(quality), "--url", server.base_url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cases = [line for line in quality.read_text().splitlines() if line.strip()]
+    assert result.stdout.splitlines()[-1].startswith(f"{len(cases)} passed, 0 failed")
 
 
 def test_the_smoke_set_passes_on_the_bundled_model(server: Server, tmp_path: Path) -> None:

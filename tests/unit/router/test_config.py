@@ -492,3 +492,18 @@ def test_a_remote_model_needs_base_url_and_model() -> None:
         "routes.yaml: models.upstream.base_url: missing required key 'base_url': add it",
         "routes.yaml: models.upstream.model: missing required key 'model': add it",
     ]
+
+
+def test_few_shot_examples_belong_to_chat_routes() -> None:
+    text = VALID.replace(
+        "kind: chat", "kind: completion, examples: [{user: 'Hi', assistant: 'Hello'}]"
+    )
+    assert problems(text) == [
+        "routes.yaml: routes.chat.examples: a completion route has no messages to put examples "
+        "before: remove them, or make the route kind: chat"
+    ]
+    assert problems(VALID.replace("kind: chat", "kind: chat, examples: [{user: ''}]")) == [
+        "routes.yaml: routes.chat.examples.0.user: string should have at least 1 character, "
+        "got ''",
+        "routes.yaml: routes.chat.examples.0.assistant: missing required key 'assistant': add it",
+    ]
