@@ -104,6 +104,8 @@ class BatchScheduler:
                     waiting.send(None)
                 return bool(self._active)
             admitted = []
+            if not self._active:  # a lone batch takes the same sequences every time
+                self._free.sort()
             while self._free and (task := self._queue.take()) is not None:
                 admitted.append((task, self._free.pop(0)))
         if admitted and not self._active:

@@ -35,13 +35,19 @@ _TYPE_NAMES = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
 
 def _client_path(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
     """The key path without the union members pydantic inserts (`list[TextPart]`, `str`,
-    `ToolChoiceFunction`, `literal['auto', ...]`): keys are snake_case, members are not."""
-    return tuple(
-        part
-        for part in loc
-        if isinstance(part, int)
-        or not ("[" in part or "(" in part or part[:1].isupper() or part in _TYPE_NAMES)
-    )
+    `ToolChoiceFunction`, `literal['auto', ...]`): keys are snake_case, members are not. The
+    last part is the client's own key whatever its spelling (an unknown `Model`)."""
+    *inner, last = loc or ("",)
+
+    def member(part: int | str) -> bool:
+        text = str(part)
+        return isinstance(part, str) and (
+            "[" in text or "(" in text or text[:1].isupper() or text in _TYPE_NAMES
+        )
+
+    kept = tuple(part for part in inner if not member(part))
+    tag = isinstance(last, str) and ("[" in last or last in _TYPE_NAMES)  # `stop.str`
+    return kept if tag else (*kept, last)
 
 
 def validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadRequestError:

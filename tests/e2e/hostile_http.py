@@ -70,7 +70,10 @@ PATHS: list[tuple[str, bytes, bytes, set[int]]] = [
     ),
     ("query-junk", b"GET", b"/v1/models?%ff=%00&a=" + b"q" * 10000, {200}),
     ("openapi-yaml", b"GET", b"/v1/openapi.yaml", {404}),
-    ("root", b"GET", b"/", {404}),
+    ("root", b"GET", b"/", {200}),  # the web page
+    ("ui-unknown", b"GET", b"/ui/_web.py", {404}),
+    ("ui-traversal", b"GET", b"/ui/..%2f..%2f_app.py", {404}),
+    ("ui-dotdot", b"GET", b"/ui/../routes.yaml", {404}),
     ("prefix-only", b"GET", b"/v1", {404}),
 ]
 QUERY_PARAM = {

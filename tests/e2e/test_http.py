@@ -9,7 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import REPO, Server
+from zest.engines import Prompt, load_tokenizer
+from zest.router import load_routes
 
 HI = [{"role": "user", "content": "Say hello."}]
 
@@ -85,24 +87,25 @@ def test_task_endpoints_answer_in_the_route_kind_shape(
     assert reply.headers["x-zest-route"].startswith(f"task={task};")
 
 
-def test_the_route_system_prompt_is_applied(http: httpx.Client) -> None:
+def test_the_route_system_prompt_and_examples_are_applied(http: httpx.Client) -> None:
+    """The summarization task's prompt is its system prompt, its example exchange, then the
+    input: as many tokens as those messages make with the model's own tokenizer."""
+    routes = load_routes(REPO / "routes.yaml")
+    route = routes.config.routes["summarization"]
     text = "The cat sat on the mat all day."
     summary = http.post("/v1/tasks/summarization", json={"input": text, "max_tokens": 1})
-    same_by_hand = http.post(
-        "/v1/chat/completions",
-        json={
-            "model": "chat",
-            "max_tokens": 1,
-            "messages": [
-                {"role": "system", "content": "Summarize the user's text in a few sentences."},
-                {"role": "user", "content": text},
-            ],
-        },
-    )
+    by_hand: list[dict[str, str]] = [{"role": "system", "content": route.system_prompt or ""}]
+    for example in route.examples:
+        by_hand += [
+            {"role": "user", "content": example.user},
+            {"role": "assistant", "content": example.assistant},
+        ]
+    by_hand.append({"role": "user", "content": text})
+    tokenizer = load_tokenizer("smollm2", routes.config.models["smollm2"], routes.base_dir)
+    assert tokenizer is not None
+    assert summary.json()["usage"]["prompt_tokens"] == len(Prompt.chat(by_hand).encode(tokenizer))
     plain = http.post("/v1/tasks/chat", json={"input": text, "max_tokens": 1})
-    tokens = [r.json()["usage"]["prompt_tokens"] for r in (summary, same_by_hand, plain)]
-    assert tokens[0] == tokens[1]
-    assert tokens[0] != tokens[2]
+    assert plain.json()["usage"]["prompt_tokens"] != summary.json()["usage"]["prompt_tokens"]
 
 
 def test_task_endpoint_streams(http: httpx.Client) -> None:
@@ -142,7 +145,7 @@ BAD_BODIES = [
     (
         {"model": "chat", "messages": HI, "max_tokens": 10**9},
         "max_tokens is 1000000000 but model 'smollm2' has a context of 4096 tokens: "
-        "ask for at most 4063",
+        "ask for at most 4001",
     ),
     (
         {"model": "chat", "messages": HI, "temperature": "hot"},

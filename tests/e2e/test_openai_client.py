@@ -234,10 +234,15 @@ def test_n_gives_that_many_choices_sampled_apart(client: openai.OpenAI) -> None:
     assert len(set(texts)) > 1, "each choice samples with its own seed"
     assert reply.usage is not None
     assert 3 <= reply.usage.completion_tokens <= 36
-    again = client.chat.completions.create(
-        model="chat", messages=QUESTION, max_tokens=12, n=3, temperature=1.0, seed=7
+    # A seeded single choice is repeatable (n > 1 shares decode steps as the choices come, so
+    # a near-tie may differ between runs: README).
+    once, again = (
+        client.chat.completions.create(
+            model="chat", messages=QUESTION, max_tokens=12, temperature=1.0, seed=7
+        )
+        for _ in range(2)
     )
-    assert [c.message.content for c in again.choices] == texts  # seeds make it repeatable
+    assert once.choices[0].message.content == again.choices[0].message.content
 
 
 def test_n_streams_each_choice_under_its_index(client: openai.OpenAI) -> None:

@@ -45,7 +45,8 @@ def test_a_misspelt_route_key_suggests_the_right_one() -> None:
     text = VALID.replace("model: smollm2}", "model: smollm2, devcie: cpu}")
     assert problems(text) == [
         "routes.yaml: routes.chat.devcie: unknown key 'devcie': did you mean 'device'? "
-        "(allowed: allow_cpu, context, description, device, fallback, hybrid_min_prompt_tokens, "
+        "(allowed: allow_cpu, context, description, device, examples, fallback, "
+        "hybrid_min_prompt_tokens, "
         "kind, max_tokens, model, on_failure, priority, privacy, response_format, sampling, "
         "system_prompt, timeouts, tools)"
     ]
@@ -503,7 +504,6 @@ def test_few_shot_examples_belong_to_chat_routes() -> None:
         "before: remove them, or make the route kind: chat"
     ]
     assert problems(VALID.replace("kind: chat", "kind: chat, examples: [{user: ''}]")) == [
-        "routes.yaml: routes.chat.examples.0.user: string should have at least 1 character, "
-        "got ''",
+        "routes.yaml: routes.chat.examples.0.user: string should have at least 1 character, got ''",
         "routes.yaml: routes.chat.examples.0.assistant: missing required key 'assistant': add it",
     ]
