@@ -123,6 +123,7 @@ register_engine(
         supports_split=True,
         runs_emulated=True,
         inspector=inspect_llamacpp,
+        speculates=True,
     )
 )
 register_engine(

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 
 from zest.errors import BadRequestError
-from zest.router import ENGINE_MODELS, Placement, ResponseFormat, kind_of
+from zest.router import ENGINE_MODELS, Placement, ResponseFormat, Speculation, kind_of
 
 __all__ = [
     "Delta",
@@ -229,6 +229,8 @@ class GenerationJob:
     logit_bias: tuple[tuple[int, float], ...] = ()
     # None: no log probabilities; k (0..20): each token's, with the k most likely alternatives.
     logprobs: int | None = None
+    # Speculative decoding asked for by the route (None: one token per step).
+    speculative: Speculation | None = None
     # Shared by copies (dataclasses.replace): cancelling one cancels the generation.
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
@@ -281,16 +283,30 @@ class StageStats:
     handoff_bytes: int | None = None
     decode_ms: float = 0.0
     decode_tokens: int = 0
+    # Speculative decoding: tokens drafted, and how many of them the model agreed with.
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
-    def as_dict(self) -> dict[str, float | int | str | None]:
+    def as_dict(self) -> dict[str, Any]:
         rate = self.decode_tokens / (self.decode_ms / 1000) if self.decode_ms > 0 else None
-        return {
+        figures: dict[str, Any] = {
             "prefill_device": self.prefill_device,
             "decode_device": self.decode_device,
             "prefill_ms": round(self.prefill_ms, 2),
             "handoff_ms": None if self.handoff_ms is None else round(self.handoff_ms, 2),
             "handoff_bytes": self.handoff_bytes,
             "decode_tokens_per_s": None if rate is None else round(rate, 1),
+        }
+        if self.drafted_tokens:
+            figures["speculative"] = self.speculation()
+        return figures
+
+    def speculation(self) -> dict[str, Any]:
+        rate = self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
+        return {
+            "drafted_tokens": self.drafted_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": None if rate is None else round(rate, 3),
         }
 
 
@@ -448,6 +464,8 @@ class EngineKind(Generic[C]):
     runs_emulated: bool = False
     # None: nothing to read before it runs (a remote upstream).
     inspector: ModelInspector[C] | None = None
+    # Whether it decodes speculatively when a route asks (routes.<task>.speculative).
+    speculates: bool = False
 
     @property
     def name(self) -> str:

@@ -1,9 +1,15 @@
 """Continuous batching on one device: one context, several sequences, one llama_decode per step.
 
-Each step decodes one token for every sequence that is generating and fills the rest of the
-batch with a chunk of a pending prompt, so a new request starts at once and a long prompt never
-stalls the streams already running. Admission is the shared AdmissionQueue: route priority, then
-arrival; `slots + max_queue` requests in the system, more refused with 429.
+Each step is one batch, packed as llama.cpp's own server packs it: a row for every sequence that
+is generating (plus its speculative draft, when its route asks for one), then chunks of the
+prompts waiting to be prefilled, several prompts side by side, up to the step's token budget
+(`n_batch`). So prompts that arrive together are prefilled together, a new request starts at
+once, and a step never holds more prompt than the budget: the streams already running wait at
+most one budgeted step for their next token. A lone request is prefilled in `n_batch` chunks and
+decoded a token a step, exactly as llama-cpp-python does it (its tokens are identical); under
+concurrency the batch's shape depends on what else runs, so a greedy stream can, at a near-tie,
+differ from the same request alone (README). Admission is the shared AdmissionQueue: route
+priority, then arrival; `slots + max_queue` requests in the system, more refused with 429.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from zest.engines._base import Delta, GenerationJob, StageStats
 from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
 from zest.engines._prefix_cache import PrefixCache
+from zest.engines._speculation import PromptLookup, draft_entries, take_tokens
 from zest.engines._worker import PendingCounter, Task, stream_task, task_queue
 
 __all__ = ["BatchScheduler"]
@@ -35,10 +42,32 @@ class _Slot:
     stats: StageStats | None = None
     decode_start: float = 0.0
     reused: int = 0  # prompt tokens whose KV came from the prefix cache
+    drafter: PromptLookup | None = None  # the route's speculative decoding
+    drafted: int = 0
+    accepted: int = 0
 
     @property
     def prompt(self) -> tuple[int, ...]:
         return self.task.job.prompt_tokens
+
+    @property
+    def position(self) -> int:
+        """Where the current token goes in the sequence."""
+        return len(self.prompt) + self.out.produced - 1
+
+    def draft(self) -> list[int]:
+        room = self.task.job.max_tokens - self.out.produced - 1  # no draft past max_tokens
+        return self.drafter.draft(room) if self.drafter is not None else []
+
+
+@dataclass
+class _Row:
+    """Where a slot's rows sit in the step's batch."""
+
+    slot: _Slot
+    first: int  # batch index of its first row
+    draft: list[int] = field(default_factory=list)
+    end: int = 0  # prefill: the prompt position its chunk reaches
 
 
 class BatchScheduler:
@@ -120,6 +149,10 @@ class BatchScheduler:
     def _start(self, task: Task, seq: int) -> None:
         job = task.job
         slot = _Slot(task, seq, self._new_output(job), self._new_sampler(job))
+        if job.speculative is not None:
+            slot.drafter = PromptLookup(
+                job.prompt_tokens, job.speculative.tokens, job.speculative.ngram
+            )
         try:
             self._ctx.forget(seq)
             if self._cache is not None:
@@ -135,38 +168,34 @@ class BatchScheduler:
             self._retire(slot)
 
     def _step(self) -> None:
-        """One decode step for the generating sequences, then one prefill chunk.
-
-        They are two llama_decode calls, not one mixed batch: mixing a prompt chunk into the
-        decode batch changes the kernels that compute the decoding rows, and greedy output would
-        no longer match a lone request's token for token.
-        """
+        """One batch: the generating sequences' rows, then prompt chunks up to the budget."""
+        entries: list[tuple[int, int, int, bool]] = []
+        decoding, filling = [], []
         generating = [s for s in self._active if s.token is not None]
-        filling = next((s for s in self._active if s.token is None), None)
+        capacity = max(self._ctx.settings.n_batch, len(generating))
+        for number, slot in enumerate(generating):
+            spare = capacity - len(entries) - (len(generating) - number)  # rows left to others
+            row = _Row(slot, len(entries), slot.draft()[: max(spare, 0)])
+            entries += draft_entries(slot.token or 0, slot.position, slot.seq, row.draft)
+            decoding.append(row)
+        for slot in (s for s in self._active if s.token is None):
+            room = self._ctx.settings.n_batch - len(entries)
+            if room <= 0:
+                break
+            end = min(len(slot.prompt), slot.cursor + room)
+            last = len(slot.prompt) - 1
+            chunk = [(slot.prompt[p], p, slot.seq, p == last) for p in range(slot.cursor, end)]
+            filling.append(_Row(slot, len(entries) + len(chunk) - 1, end=end))
+            entries += chunk
         try:
-            if generating:
-                self._ctx.decode(
-                    [
-                        (s.token, len(s.prompt) + s.out.produced - 1, s.seq, True)
-                        for s in generating
-                        if s.token is not None
-                    ]
-                )
-                for index, slot in enumerate(generating):
-                    self._advance(slot, self._ctx.sample_into(slot.out, slot.sampler, index))
-            if filling is not None:
-                self._prefill_chunk(filling)
+            self._ctx.decode(entries)
+            for row in decoding:
+                self._advance(row)
+            for row in filling:
+                self._after_prefill_chunk(row.slot, row.end, row.first)
         except Exception as exc:
             for slot in list(self._active):
                 self._retire(slot, error=exc)
-
-    def _prefill_chunk(self, slot: _Slot) -> None:
-        end = min(len(slot.prompt), slot.cursor + self._ctx.settings.n_batch)
-        last = len(slot.prompt) - 1
-        self._ctx.decode(
-            [(slot.prompt[p], p, slot.seq, p == last) for p in range(slot.cursor, end)]
-        )
-        self._after_prefill_chunk(slot, end, end - slot.cursor - 1)
 
     def _after_prefill_chunk(self, slot: _Slot, chunk_end: int, last_index: int) -> None:
         slot.cursor = chunk_end
@@ -179,16 +208,34 @@ class BatchScheduler:
             self._cache.keep(slot.prompt, slot.seq)
         slot.decode_start = time.perf_counter()
         slot.token = token
+        if slot.drafter is not None:
+            slot.drafter.append(token)
         text = slot.out.push(token)
         slot.task.send(Delta(text, stats=slot.stats, cached_tokens=slot.reused))
         if slot.out.finish is not None:
             self._retire(slot)
 
-    def _advance(self, slot: _Slot, token: int) -> None:
-        slot.token = token
-        text = slot.out.push(token)
-        if text:
-            slot.task.send(Delta(text))
+    def _advance(self, row: _Row) -> None:
+        """Draw the slot's next tokens (one, or more where its draft holds) and drop the KV
+        cells of the draft the model did not follow."""
+        slot = row.slot
+        position = slot.position
+        taken = take_tokens(
+            lambda index: self._ctx.sample_into(slot.out, slot.sampler, index),
+            slot.out,
+            row.first,
+            row.draft,
+            lambda text: slot.task.send(Delta(text)),
+        )
+        if len(taken.drawn) <= len(row.draft):  # rows past the last one used: not the answer
+            self._ctx.forget_from(slot.seq, position + len(taken.drawn))
+        slot.token = taken.token
+        slot.drafted += len(row.draft)
+        slot.accepted += taken.matched
+        if slot.drafter is not None:
+            slot.drafter.record(len(row.draft), taken.matched)
+            for token in taken.drawn:
+                slot.drafter.append(token)
         if slot.out.finish is not None:
             self._retire(slot)
 
@@ -209,4 +256,11 @@ class BatchScheduler:
         )
         decoded = max(slot.out.produced - 1, 0)
         ms = (time.perf_counter() - slot.decode_start) * 1000 if slot.decode_start else 0.0
-        slot.task.finish(slot.out.final(replace(stats, decode_ms=ms, decode_tokens=decoded)))
+        stats = replace(
+            stats,
+            decode_ms=ms,
+            decode_tokens=decoded,
+            drafted_tokens=slot.drafted,
+            accepted_tokens=slot.accepted,
+        )
+        slot.task.finish(slot.out.final(stats))

@@ -78,11 +78,6 @@ class NativeContext:
         self.last_index = (len(tokens) - 1) % step if tokens else 0
         return True
 
-    def step(self, entries: Sequence[tuple[int, int, int]]) -> None:
-        """Decode one token for each (token, position, sequence); logits of entry i at index i."""
-        self._fill(entries, last_only=False, all_logits=True)
-        self._decode()
-
     def decode(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
         """One mixed batch of (token, position, sequence, wants logits); logits at batch index."""
         batch = self._batch.batch
@@ -144,15 +139,13 @@ class NativeContext:
         self._batch.close()
         self._ctx.close()
 
-    def _fill(
-        self, entries: Sequence[tuple[int, int, int]], *, last_only: bool, all_logits: bool = False
-    ) -> None:
+    def _fill(self, entries: Sequence[tuple[int, int, int]], *, last_only: bool) -> None:
         batch = self._batch.batch
         batch.n_tokens = len(entries)
         for i, (token, pos, seq) in enumerate(entries):
             batch.token[i], batch.pos[i] = token, pos
             batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq
-            batch.logits[i] = all_logits
+            batch.logits[i] = False
         if last_only and entries:
             batch.logits[len(entries) - 1] = True
 

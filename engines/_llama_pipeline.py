@@ -22,6 +22,7 @@ from typing import Any
 from zest.engines._base import Delta, GenerationJob, StageStats
 from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
+from zest.engines._speculation import PromptLookup, draft_entries, take_tokens
 from zest.engines._worker import PendingCounter, Task, WaitingRoom, stream_task
 from zest.router import Placement
 
@@ -40,6 +41,13 @@ class _Sequence:
     stats: StageStats
     state: bytes = b""
     decode_start: float = 0.0
+    drafter: PromptLookup | None = None  # the route's speculative decoding
+    drafted: int = 0
+    accepted: int = 0
+
+    def draft(self, spare: int) -> list[int]:
+        room = min(self.task.job.max_tokens - self.out.produced - 1, spare)
+        return self.drafter.draft(room) if self.drafter is not None else []
 
 
 class HybridPipeline:
@@ -115,7 +123,13 @@ class HybridPipeline:
             handoff_ms=_ms(exported),
             handoff_bytes=len(state),
         )
-        return _Sequence(task, out, sampler, token, len(job.prompt_tokens), stats, state)
+        seq = _Sequence(task, out, sampler, token, len(job.prompt_tokens), stats, state)
+        if job.speculative is not None:
+            seq.drafter = PromptLookup(
+                job.prompt_tokens, job.speculative.tokens, job.speculative.ngram
+            )
+            seq.drafter.append(token)
+        return seq
 
     # --- decode thread -----------------------------------------------------------------------
 
@@ -168,27 +182,56 @@ class HybridPipeline:
         if not active:
             return
         order = list(active.items())
+        entries: list[tuple[int, int, int, bool]] = []
+        rows = []
+        capacity = max(self._decode.settings.n_batch, len(order))
+        for number, (slot, seq) in enumerate(order):
+            draft = seq.draft(capacity - len(entries) - (len(order) - number))
+            rows.append((slot, seq, len(entries), draft))
+            entries += draft_entries(seq.token, seq.pos, slot, draft)
         try:
-            self._decode.step([(seq.token, seq.pos, slot) for slot, seq in order])
+            self._decode.decode(entries)
         except Exception as exc:
             for slot, seq in order:
                 self._drop(slot, seq, active, free, served=False)
                 seq.task.fail(exc)
             return
-        for index, (slot, seq) in enumerate(order):
-            seq.pos += 1
-            seq.token = self._decode.sample_into(seq.out, seq.sampler, index)
-            text = seq.out.push(seq.token)
-            if text:
-                seq.task.send(Delta(text))
+        for slot, seq, first, draft in rows:
+            self._advance(slot, seq, first, draft)
             if seq.out.finish is not None:
                 self._retire(slot, active, free)
+
+    def _advance(self, slot: int, seq: _Sequence, first: int, draft: list[int]) -> None:
+        """Draw the sequence's next tokens where its draft holds (one without a draft)."""
+        taken = take_tokens(
+            lambda index: self._decode.sample_into(seq.out, seq.sampler, index),
+            seq.out,
+            first,
+            draft,
+            lambda text: seq.task.send(Delta(text)),
+        )
+        if len(taken.drawn) <= len(draft):
+            self._decode.forget_from(slot, seq.pos + len(taken.drawn))
+        seq.pos += len(taken.drawn)
+        seq.token = taken.token
+        seq.drafted += len(draft)
+        seq.accepted += taken.matched
+        if seq.drafter is not None:
+            seq.drafter.record(len(draft), taken.matched)
+            for token in taken.drawn:
+                seq.drafter.append(token)
 
     def _retire(self, slot: int, active: dict[int, _Sequence], free: list[int]) -> None:
         seq = active[slot]
         self._drop(slot, seq, active, free)
         decoded = max(seq.out.produced - 1, 0)  # the first token came from prefill
-        stats = replace(seq.stats, decode_ms=_ms(seq.decode_start), decode_tokens=decoded)
+        stats = replace(
+            seq.stats,
+            decode_ms=_ms(seq.decode_start),
+            decode_tokens=decoded,
+            drafted_tokens=seq.drafted,
+            accepted_tokens=seq.accepted,
+        )
         seq.task.finish(seq.out.final(stats))
 
     def _drop(

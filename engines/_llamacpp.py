@@ -146,7 +146,7 @@ def kv_cells(config: LlamaCppModel, context: int, *, split: bool = False) -> int
     opts = config.options
     if opts.embedding:
         return context
-    cells = context * opts.parallel + (0 if split else opts.prefix_cache_tokens)
+    cells = context * opts.parallel + (0 if split else opts.prefix_cache_size(context))
     return cells + (context if split else 0)
 
 
@@ -355,7 +355,8 @@ class LlamaCppEngine(Engine):
                 placement=self.placement,
                 max_queue=opts.max_queue,
             )
-        cache_seqs = 8 if opts.prefix_cache_tokens else 0
+        cache_tokens = opts.prefix_cache_size(length)
+        cache_seqs = 8 if cache_tokens else 0
         ctx = self._context(
             self.placement.decode,
             n_seq=opts.parallel + cache_seqs,
@@ -364,7 +365,7 @@ class LlamaCppEngine(Engine):
         cache = None
         if cache_seqs:
             seq_ids = range(opts.parallel, opts.parallel + cache_seqs)
-            cache = PrefixCache(ctx, seq_ids, opts.prefix_cache_tokens)
+            cache = PrefixCache(ctx, seq_ids, cache_tokens)
         return BatchScheduler(
             f"{self.model_id}-{self.placement.key}",
             ctx=ctx,

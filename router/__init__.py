@@ -35,6 +35,7 @@ from zest.router._schema import (
     RoutesFile,
     RouteTimeouts,
     Sampling,
+    Speculation,
     kind_of,
 )
 
@@ -69,6 +70,7 @@ __all__ = [
     "RouteTimeouts",
     "RoutesFile",
     "Sampling",
+    "Speculation",
     "describe_devices",
     "find_route",
     "kind_of",

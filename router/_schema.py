@@ -42,6 +42,7 @@ __all__ = [
     "RouteTimeouts",
     "RoutesFile",
     "Sampling",
+    "Speculation",
     "kind_of",
 ]
 
@@ -75,9 +76,15 @@ class LlamaCppOptions(_Strict):
     mmap: bool = True
     # Sequences decoded together in one context (continuous batching; hybrid decode slots).
     parallel: int = Field(default=4, ge=1, le=64)
-    # Tokens of recent prompts whose KV is kept for reuse by later requests (0: off). Off by
-    # default: reused KV is not bit-identical to a recomputed one (see README).
-    prefix_cache_tokens: int = Field(default=0, ge=0)
+    # Tokens of recent prompts whose KV is kept for reuse by later requests (the shared system
+    # prompt, a conversation's earlier turns); None: as many as the context_length; 0: off.
+    # Reused KV is not bit-identical to a recomputed one (see README).
+    prefix_cache_tokens: int | None = Field(default=None, ge=0)
+
+    def prefix_cache_size(self, context_length: int) -> int:
+        """The prefix cache's tokens for a model of this context (its default: one context)."""
+        return context_length if self.prefix_cache_tokens is None else self.prefix_cache_tokens
+
     # Requests that may wait for a free sequence; more are refused with 429 and Retry-After.
     max_queue: int = Field(default=64, ge=0)
     # Load as an embedding model (pooled vectors, no generation): what kind: embedding routes
@@ -363,6 +370,16 @@ class Example(_Strict):
     assistant: str = Field(min_length=1)
 
 
+class Speculation(_Strict):
+    """Speculative decoding for a route: drafts checked by the model in one batched step."""
+
+    # prompt_lookup: draft the tokens that followed the answer's last n-gram in the prompt
+    # (where output copies input: summaries, edits, code completion).
+    method: Literal["prompt_lookup"]
+    tokens: int = Field(default=8, ge=1, le=32)  # drafted per step
+    ngram: int = Field(default=3, ge=2, le=8)  # the longest n-gram looked up
+
+
 class RouteConfig(_Strict):
     # chat (messages), completion (prompt), or embedding (input texts -> vectors).
     kind: Literal["chat", "completion", "embedding"]
@@ -393,6 +410,8 @@ class RouteConfig(_Strict):
     response_format: ResponseFormat | None = None
     # Whether requests may send tools (chat routes): deny refuses them with a 400.
     tools: Literal["allow", "deny"] = "allow"
+    # Speculative decoding (llamacpp models): None, off.
+    speculative: Speculation | None = None
 
     @field_validator("device")
     @classmethod

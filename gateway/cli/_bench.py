@@ -137,8 +137,8 @@ def _free_port() -> int:
 
 
 def _routes_file(model: Path, threads: int, folder: Path) -> Path:
-    """Two entries on the same file: the concurrency levels run without the prefix cache (its
-    kept cells would sit in every decode step's attention), the prefix measure with it."""
+    """Two entries on the same file: the concurrency levels run zest as it ships (the prefix
+    cache on, as llama-server's prompt reuse is), the prefix measure with a cache sized for it."""
     path = folder / "bench-routes.yaml"
     entry = f"engine: llamacpp, source: {model}, context_length: 4096"
     path.write_text(

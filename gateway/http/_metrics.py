@@ -107,6 +107,11 @@ class Metrics:
         self.trimmed_tokens = self._counter(
             "zest_trimmed_tokens", "Prompt tokens trimmed to fit a budget.", ("task", "strategy")
         )
+        self.speculative_tokens = self._counter(
+            "zest_speculative_tokens",
+            "Tokens drafted by speculative decoding, and those the model accepted.",
+            ("task", "result"),
+        )
         self.stage_seconds = Histogram(
             "zest_pipeline_stage_seconds",
             "Time of each pipeline stage (prefill, handoff, decode) per device.",
@@ -283,6 +288,9 @@ class RequestRecord(RequestEvents):
         stats = gen.final_stats or gen.first.stats
         if stats is not None:
             _observe_stages(metrics, stats)
+            if stats.drafted_tokens:
+                metrics.speculative_tokens.labels(task, "drafted").inc(stats.drafted_tokens)
+                metrics.speculative_tokens.labels(task, "accepted").inc(stats.accepted_tokens)
         if self.completion_tokens is not None:
             metrics.completion_tokens.labels(*served).inc(self.completion_tokens)
             metrics.last = self._last_request(task, gen, ttft, self.completion_tokens)

@@ -112,6 +112,8 @@ def _usage(gen: Generation, completion_tokens: int) -> dict[str, Any]:
         usage["trimmed_tokens"] = gen.trimmed.trimmed_tokens
     if gen.final_stats is not None:  # extension: where each stage ran and how long it took
         usage["pipeline"] = gen.final_stats.as_dict()
+        if gen.final_stats.drafted_tokens:  # extension: how speculative decoding did
+            usage["speculative"] = gen.final_stats.speculation()
     return usage
 
 

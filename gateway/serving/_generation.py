@@ -334,6 +334,7 @@ class _Walk:
             privacy=route.privacy,
             logit_bias=body.biases(),
             logprobs=body.logprob_count(),
+            speculative=route.speculative,
             response_format=self.tools.response_format()
             if self.tools
             else _response_format(route, body),

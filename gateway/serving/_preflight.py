@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from zest.engines import ModelFacts, inspect_model
+from zest.engines import ModelFacts, engine_kind, inspect_model
 from zest.errors import RequestError, ServiceUnavailableError
 from zest.gateway.serving._planning import plan_for
 from zest.router import Device, LoadedRoutes, ModelConfig, RouteConfig
@@ -116,7 +116,7 @@ def _attempts(task: str, route: RouteConfig) -> list[tuple[str, str]]:
 def _route_problems(
     routes: LoadedRoutes, task: str, route: RouteConfig, facts: dict[str, ModelFacts]
 ) -> list[str]:
-    problems = []
+    problems = _speculation_problems(routes, task, route)
     for model_id, at in _attempts(task, route):
         found, config = facts.get(model_id), routes.config.models.get(model_id)
         if found is None or config is None:
@@ -136,6 +136,19 @@ def _route_problems(
                 "cannot serve a chat route: make the route kind: completion, or use a chat model"
             )
     return problems
+
+
+def _speculation_problems(routes: LoadedRoutes, task: str, route: RouteConfig) -> list[str]:
+    """Speculation is asked of the route's own model: its engine must do it (a fallback that
+    does not just decodes a token a step: the answer is the same)."""
+    model = routes.config.models.get(route.model)
+    if route.speculative is None or model is None or engine_kind(model.engine).speculates:
+        return []
+    return [
+        f"routes.{task}.speculative: model {route.model!r} runs on engine {model.engine!r}, "
+        "which does not decode speculatively: remove the key, or route the task to a llamacpp "
+        "model"
+    ]
 
 
 def _placement_problems(

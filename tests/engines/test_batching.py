@@ -9,10 +9,12 @@ from typing import Any, cast
 import pytest
 
 from tests.engines.conftest import (
+    assert_same_or_near_tie,
     collect,
     completion_job,
     job_for,
     load_smollm2,
+    raw_greedy,
     stream_all,
     text_of,
     tokenizer_of,
@@ -38,14 +40,34 @@ def engine() -> Iterator[Engine]:
     asyncio.run(loaded.close())
 
 
-def test_streams_started_together_match_their_lone_outputs(engine: Engine) -> None:
-    alone = [text_of(collect(engine, job_for(engine, p))) for p in PROMPTS[:2]]
+def test_a_lone_request_matches_raw_llama_cpp_token_for_token() -> None:
+    """Alone, the packed scheduler prefills in n_batch chunks and decodes a token a step, as
+    llama-cpp-python does: the same greedy tokens."""
+    engine = load(parallel=4, prefix_cache_tokens=0)
+    try:
+        for prompt in PROMPTS[:2]:
+            job = job_for(engine, prompt, max_tokens=48)
+            ours = text_of(collect(engine, job))
+            assert ours == raw_greedy(job.prompt_tokens, 48)
+    finally:
+        asyncio.run(engine.close())
+
+
+def test_streams_decoded_together_part_from_their_lone_outputs_only_at_near_ties(
+    engine: Engine,
+) -> None:
+    """Under concurrency the batch's shape (other sequences' rows, prompt chunks beside them)
+    changes llama.cpp's kernels by up to a tenth or two of a logit: a greedy stream may pick the
+    runner-up where the lone run's two best tokens were within NEAR_TIE, and nowhere else."""
+    prompts = [*PROMPTS[:2], *LONG_PROMPTS[:2]]
+    alone = [collect(engine, job_for(engine, p, logprobs=2))[-1] for p in prompts]
 
     async def together() -> list[list[Delta]]:
-        jobs = [job_for(engine, p) for p in PROMPTS[:2]]
+        jobs = [job_for(engine, p, logprobs=2) for p in prompts]
         return list(await asyncio.gather(*(stream_all(engine, j) for j in jobs)))
 
-    assert [text_of(d) for d in asyncio.run(together())] == alone
+    for lone, packed in zip(alone, asyncio.run(together()), strict=True):
+        assert_same_or_near_tie(lone, packed[-1])
 
 
 def test_each_request_keeps_its_own_limits_and_stops(engine: Engine) -> None:
@@ -96,7 +118,8 @@ def test_concurrent_streams_share_decode_steps(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Four streams of up to 24 tokens: run one after another they would take about 96 decode
-    calls; batched, each step decodes one token of every generating sequence."""
+    calls; packed, each step holds one row of every generating sequence, and the prompts are
+    prefilled in the same calls (no call of their own)."""
     calls = record_decode_calls(engine, monkeypatch)
     jobs = [job_for(engine, p, max_tokens=24) for p in LONG_PROMPTS]
 
@@ -105,13 +128,28 @@ def test_concurrent_streams_share_decode_steps(
 
     produced = [deltas[-1].completion_tokens for deltas in asyncio.run(together())]
     assert sum(produced) >= 60, produced  # the prompts ask for long answers
-    steps = [seqs for seqs in calls if len(set(seqs)) > 1]
-    # A decode step carries one token per sequence (prefill chunks carry one sequence).
-    assert all(len(set(seqs)) == len(seqs) for seqs in steps)
-    assert max(len(seqs) for seqs in steps) == len(jobs)  # some step decodes all four
-    # About max(produced) steps plus the prefill chunks, far fewer than one call per token.
-    assert len(calls) <= max(produced) + 4 * len(jobs), (len(calls), produced)
+    # Some step decodes all four, one row each.
+    assert any(sorted(seqs) == sorted(set(seqs)) and len(seqs) == len(jobs) for seqs in calls)
+    # About max(produced) steps: at most one more per prompt that arrived between steps.
+    assert len(calls) <= max(produced) + len(jobs), (len(calls), produced)
     assert len(calls) < sum(produced) / 2
+
+
+def test_prompts_waiting_together_are_prefilled_in_one_step(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prompts queued while a step runs are all packed into the next one (llama-server's
+    policy), up to the step's budget: their first tokens come from the same call."""
+    calls = record_decode_calls(engine, monkeypatch)
+    jobs = [job_for(engine, p, max_tokens=2) for p in LONG_PROMPTS]
+
+    async def together() -> list[list[Delta]]:
+        return list(await asyncio.gather(*(stream_all(engine, j) for j in jobs)))
+
+    asyncio.run(together())
+    # Every prompt is short (< n_batch): one call holds the prompts of several sequences.
+    assert max(len(set(seqs)) for seqs in calls) >= 2
+    assert len(calls) <= 2 * len(jobs)
 
 
 def chat_job(engine: Engine, question: str) -> GenerationJob:

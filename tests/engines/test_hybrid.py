@@ -14,6 +14,7 @@ import pytest
 
 from tests.engines.conftest import (
     assert_cancelled_within_one_token,
+    assert_same_or_near_tie,
     cancel_after_three,
     collect,
     job_for,
@@ -22,7 +23,7 @@ from tests.engines.conftest import (
     text_of,
 )
 from zest.engines import Delta, Engine
-from zest.router import Device, Placement
+from zest.router import Device, Placement, Speculation
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
 NPU = Device("npu", frozenset({"llamacpp"}), "emulated", emulated=True, threads=1)
@@ -33,6 +34,8 @@ PROMPTS = [
     # Longer than n_batch (64 here): prefill runs in several chunks before the handoff.
     "Summarize this: " + " ".join(f"On day {n} the team shipped feature {n}." for n in range(40)),
 ]
+COPY = "Repeat this text exactly: " + " ".join(f"Room {n} has {n + 2} chairs." for n in range(12))
+LOOKUP = Speculation(method="prompt_lookup", tokens=8)
 
 
 def load(placement: Placement) -> Engine:
@@ -89,13 +92,13 @@ def test_streams_decode_together(
     jobs = [job_for(hybrid, "Tell a long story.", max_tokens=96), job_for(hybrid, PROMPTS[1])]
     # The decode context's steps, each with the slot of every token it carried.
     decode_ctx = cast(Any, hybrid)._runner._decode
-    native_step, steps = decode_ctx.step, list[list[int]]()
+    native_decode, steps = decode_ctx.decode, list[list[int]]()
 
-    def step(entries: Sequence[tuple[int, int, int]]) -> None:
-        steps.append([slot for _, _, slot in entries])
-        native_step(entries)
+    def decode(entries: Sequence[tuple[int, int, int, bool]]) -> None:
+        steps.append([slot for _, _, slot, _ in entries])
+        native_decode(entries)
 
-    monkeypatch.setattr(decode_ctx, "step", step)
+    monkeypatch.setattr(decode_ctx, "decode", decode)
 
     async def both() -> list[list[Delta]]:
         first = hybrid.stream(jobs[0])
@@ -140,3 +143,15 @@ def test_logprobs_come_from_both_stages(engines: tuple[Engine, Engine]) -> None:
         assert token.top[0][0] == token.token
         assert len(token.top) == 2
     assert max(abs(a.logprob - b.logprob) for a, b in zip(split, alone, strict=True)) < 0.05
+
+
+def test_the_decode_stage_speculates_too(engines: tuple[Engine, Engine]) -> None:
+    """Prompt lookup runs in the hybrid pipeline's decode context as in a single one."""
+    _, hybrid = engines
+    plain = collect(hybrid, job_for(hybrid, COPY, max_tokens=48, logprobs=2))
+    fast = collect(hybrid, job_for(hybrid, COPY, max_tokens=48, logprobs=2, speculative=LOOKUP))
+    assert_same_or_near_tie(plain[-1], fast[-1])
+    stats = fast[-1].stats
+    assert stats is not None
+    assert (stats.prefill_device, stats.decode_device) == ("npu(emulated)", "gpu(emulated)")
+    assert stats.accepted_tokens > 0

@@ -35,14 +35,14 @@ def test_every_request_gets_a_prompt_no_cache_has_seen() -> None:
     assert first[:10] != second[:10]  # they differ from the first token on
 
 
-def test_the_levels_run_without_the_prefix_cache_and_the_prefix_measure_with_it(
+def test_the_levels_run_zest_as_it_ships_and_the_prefix_measure_with_a_sized_cache(
     tmp_path: Path,
 ) -> None:
     routes = load_routes(_routes_file(Path("/models/m.gguf"), 2, tmp_path)).config
     plain, cached = routes.models["bench"], routes.models["cached"]
     assert isinstance(plain, LlamaCppModel)
     assert isinstance(cached, LlamaCppModel)
-    assert plain.options.prefix_cache_tokens == 0
+    assert plain.options.prefix_cache_tokens is None  # the default: one context of prefixes
     assert cached.options.prefix_cache_tokens == 4096
     assert (routes.routes["chat"].model, routes.routes["cached"].model) == ("bench", "cached")
 

@@ -48,7 +48,7 @@ def test_a_misspelt_route_key_suggests_the_right_one() -> None:
         "(allowed: allow_cpu, context, description, device, examples, fallback, "
         "hybrid_min_prompt_tokens, "
         "kind, max_tokens, model, on_failure, priority, privacy, response_format, sampling, "
-        "system_prompt, timeouts, tools)"
+        "speculative, system_prompt, timeouts, tools)"
     ]
 
 
