@@ -6,13 +6,13 @@ STAMP := $(VENV)/.zest-installed
 CONVERT_STAMP := $(VENV)/.zest-convert-installed
 ROUTES ?= routes.yaml
 
-.PHONY: install serve test lint unit e2e onnx-model embedding-model browser clean
+.PHONY: install serve test lint unit e2e onnx-model embedding-model browser llama-server clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP)
 
 # Re-run when the project's dependencies or the llama.cpp build recipe change.
-$(STAMP): pyproject.toml scripts/install-llama-cpp.sh
+$(STAMP): pyproject.toml scripts/install-llama-cpp.sh scripts/llama-cpp-flags.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	scripts/install-llama-cpp.sh $(BIN)/python
@@ -45,6 +45,12 @@ embedding-model: $(CONVERT_STAMP)
 browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; }
+
+# llama.cpp's own llama-server, the peer `zest bench` compares with: built from the sources in
+# the llama-cpp-python sdist the wheel comes from (same commit), with the wheel's CPU flags, and
+# cached in $$ZEST_CACHE/tools (minutes, once). Not needed by the tests.
+llama-server: install
+	scripts/build-llama-server.sh $(BIN)/python
 
 serve: install
 	$(BIN)/zest serve --routes $(ROUTES)

@@ -90,6 +90,7 @@ class LoadedEngine:
     info: EngineInfo
     loaded_at: float  # wall clock, for listings
     last_used: float  # monotonic
+    load_s: float = 0.0  # how long the load took (the cold start's model part)
     leases: int = 0
     retired: bool = False  # its model changed or left the routes file: unload when idle
 
@@ -248,6 +249,7 @@ class EnginePool:
     async def _load(self, spec: EngineSpec) -> LoadedEngine:
         if spec.counts_toward_cap:
             await self._make_room(spec)
+        started = time.perf_counter()
         try:
             engine = self.factory(spec)
             info = await self._load_in_thread(engine, spec)
@@ -256,6 +258,7 @@ class EnginePool:
             raise
         self.load_failures.pop(spec.key, None)
         entry = LoadedEngine(spec, engine, info, loaded_at=time.time(), last_used=self.clock())
+        entry.load_s = time.perf_counter() - started
         # Loaded for a request of an older table (or while a reload came in): it serves that
         # request and goes when idle, like the engines the reload retired.
         entry.retired = self._stale(spec)
@@ -356,6 +359,7 @@ def describe(entry: LoadedEngine, now: float, policy: ModelPolicy | None) -> dic
         "backend": info.backend,
         "memory_bytes": info.memory_bytes,
         "loaded_at": entry.loaded_at,
+        "load_s": round(entry.load_s, 3),
         "last_used_s_ago": round(now - entry.last_used, 3),
         "busy": entry.busy,
         "requests_in_flight": entry.leases,

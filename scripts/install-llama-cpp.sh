@@ -1,22 +1,16 @@
 #!/usr/bin/env bash
 # Install llama-cpp-python into the venv from a wheel cached per version and build flags.
 #
-# The default native build crashes on AMX CPUs (SIGSEGV in ggml_backend_amx_mul_mat), so the
-# wheel is built with GGML_NATIVE=OFF and explicit ISA flags (AVX-512 when the CPU has it, never
-# AMX). Building takes minutes on 2 cores; the wheel is kept in $ZEST_CACHE/wheels and reused.
+# The default native build crashes on AMX CPUs, so the wheel is built with the flags of
+# scripts/llama-cpp-flags.sh (explicit ISA flags, never AMX), shared with build-llama-server.sh.
+# Building takes minutes on 2 cores; the wheel is kept in $ZEST_CACHE/wheels and reused.
 set -euo pipefail
 
 python=${1:?usage: install-llama-cpp.sh VENV_PYTHON}
 version=${LLAMA_CPP_VERSION:-0.3.36}
 cache=${ZEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/zest}
 
-flags="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
-if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
-    flags="$flags -DGGML_AVX512=ON"
-    grep -qw avx512vbmi /proc/cpuinfo && flags="$flags -DGGML_AVX512_VBMI=ON"
-    grep -qw avx512_vnni /proc/cpuinfo && flags="$flags -DGGML_AVX512_VNNI=ON"
-fi
-if [ -n "${ZEST_LLAMA_CMAKE_EXTRA:-}" ]; then flags="$flags $ZEST_LLAMA_CMAKE_EXTRA"; fi
+flags=$("$(dirname "$0")/llama-cpp-flags.sh")
 pyver=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 key=$(printf '%s|%s|%s' "$version" "$pyver" "$flags" | sha256sum | cut -c1-16)
 dir="$cache/wheels/llama-cpp-python-$version-$key"

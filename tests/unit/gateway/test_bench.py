@@ -9,15 +9,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from zest.gateway.cli._bench import (
-    _PREFILL,
-    Sample,
-    _question,
-    _routes_file,
-    _stream,
-    _summary,
-    percentile,
-)
+from zest.engines._ceiling import Ceiling
+from zest.errors import CommandError
+from zest.gateway.cli._bench._phases import _drift, _per_minute
+from zest.gateway.cli._bench._report import format_report, targets
+from zest.gateway.cli._bench._servers import find_llama_server, peers
+from zest.gateway.cli._bench._servers import routes_file as _routes_file
+from zest.gateway.cli._bench._workload import PREFILL as _PREFILL
+from zest.gateway.cli._bench._workload import Level, Sample, percentile
+from zest.gateway.cli._bench._workload import question as _question
+from zest.gateway.cli._bench._workload import stream as _stream
+from zest.gateway.cli._bench._workload import summary as _summary
+from zest.gateway.cli._main import _bench_phases
 from zest.router import LlamaCppModel, load_routes
 
 
@@ -45,6 +48,14 @@ def test_the_levels_run_zest_as_it_ships_and_the_prefix_measure_with_a_sized_cac
     assert plain.options.prefix_cache_tokens is None  # the default: one context of prefixes
     assert cached.options.prefix_cache_tokens == 4096
     assert (routes.routes["chat"].model, routes.routes["cached"].model) == ("bench", "cached")
+    plain_summary, lookup = routes.routes["summarize"], routes.routes["summarize-lookup"]
+    assert plain_summary.speculative is None
+    assert lookup.speculative is not None
+    assert lookup.speculative.method == "prompt_lookup"
+    assert (plain_summary.model, lookup.model) == ("bench", "bench")  # only speculation differs
+    long = routes.models["long"]
+    assert isinstance(long, LlamaCppModel)
+    assert long.context_length == 8192  # room for the prefill phase's 4,096-token prompt
 
 
 def test_the_gateway_overhead_is_ttft_minus_the_engines_own_prefill() -> None:
@@ -90,3 +101,91 @@ def test_percentiles_interpolate_between_samples() -> None:
     assert percentile([7.0], 95) == 7.0
     level = _summary("zest", 20, [Sample(t, 8, 40.0) for t in ttfts], 1.0)
     assert (level.ttft_p50_ms, level.ttft_p95_ms) == (10.5, pytest.approx(19.05))
+
+
+def test_the_ceiling_reads_step_times_as_tokens_per_second() -> None:
+    ceiling = Ceiling({1: 10.0, 4: 25.0}, {64: 320.0, 512: 400.0})
+    assert ceiling.decode_tps(1) == 100.0
+    assert ceiling.decode_tps(4) == 160.0
+    assert ceiling.ttft_ms(64) == 200.0  # 64 tokens at 320 tok/s
+    # 4 prompts of 64 tokens prefill as one of 256 (nearest measured: 320 tok/s): 0.8 s, then
+    # 63 steps of 25 ms: 1.575 s; 256 tokens in 2.375 s.
+    assert ceiling.aggregate_tps(4, 64, 64) == pytest.approx(256 / 2.375)
+
+
+def _level(server: str, streams: int, *figures: float) -> dict[str, object]:
+    """A level as bench.json holds it: TTFT p50, p95, decode tok/s, aggregate tok/s."""
+    return vars(Level(server, streams, *figures))
+
+
+def test_the_targets_are_ratios_to_llama_server_and_raw_llama_cpp() -> None:
+    report = {
+        "levels": [
+            _level("zest", 1, 90.0, 100.0, 98.0, 60.0),
+            _level("llama-server", 1, 100.0, 110.0, 99.0, 61.0),
+            _level("zest", 4, 400.0, 800.0, 30.0, 130.0),
+            _level("llama-server", 4, 500.0, 850.0, 30.0, 100.0),
+        ],
+        "raw_llama_cpp": {"ttft_p50_ms": 80.0, "decode_tps_p50": 100.0},
+        "speculation": {
+            "prompt_tokens": 1000,
+            "decode_tps_p50": 80.0,
+            "lookup_decode_tps_p50": 88.0,
+            "ratio": 1.1,
+            "acceptance": 0.5,
+        },
+    }
+    found = {name: (round(ratio, 3), met) for name, ratio, _, met in targets(report)}
+    assert found == {
+        "1 stream: TTFT p50 <= 1.0x llama-server": (0.9, True),
+        "1 stream: decode >= 0.97x raw llama-cpp-python": (0.98, True),
+        "4 streams: aggregate >= 1.25x llama-server": (1.3, True),
+        "4 streams: TTFT p95 <= 0.9x llama-server": (0.941, False),
+        "summarization: prompt lookup decode >= 1.5x": (1.1, False),
+    }
+    text = format_report(report)
+    assert "4 streams: TTFT p95 <= 0.9x llama-server: 0.94x NOT met" in text
+    assert "raw llama-cpp-python: TTFT p50 80.0 ms" in text
+
+
+def test_a_sustained_run_is_read_minute_by_minute_with_its_drift() -> None:
+    start = 1000.0
+    done = [(start + 30, Sample(100.0, 60, 50.0)), (start + 90, Sample(300.0, 30, 40.0))]
+    rows = _per_minute(done, start, 2)
+    assert [(r["requests"], r["tokens_per_s"], r["ttft_p50_ms"]) for r in rows] == [
+        (1, 1.0, 100.0),
+        (1, 0.5, 300.0),
+    ]
+    assert _drift(rows) == pytest.approx(-0.5 / 0.75)  # 0.5 tok/s less a minute, mean 0.75
+    assert _drift([{"tokens_per_s": 5.0}]) == 0.0
+
+
+def test_phases_are_chosen_by_name() -> None:
+    assert "sustained" not in _bench_phases("default")
+    assert _bench_phases("all")[-1] == "sustained"
+    assert _bench_phases("cold, prefill") == ("cold", "prefill")
+    with pytest.raises(CommandError, match="unknown phase warp: use some of cold"):
+        _bench_phases("cold,warp")
+
+
+def test_llama_server_is_a_peer_where_its_binary_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ZEST_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert find_llama_server() is None
+    assert [p.name for p in peers(Path("m.gguf"), 2, None, 9000)] == ["llama_cpp.server"]
+    build = tmp_path / "tools" / "llama-server-0.3.36-abc" / "llama-server"
+    build.parent.mkdir(parents=True)
+    build.write_text("")
+    assert find_llama_server() == build
+    found = peers(Path("m.gguf"), 2, build, 9000)
+    assert [(p.name, p.base) for p in found] == [
+        ("llama-server", "http://127.0.0.1:9000/v1"),
+        ("llama_cpp.server", "http://127.0.0.1:9001/v1"),
+    ]
+    server = found[0].command
+    # the same slots and per-sequence context as zest's bench routes, flash attention on
+    assert server[server.index("--parallel") + 1] == "8"
+    assert server[server.index("--ctx-size") + 1] == str(8 * 4096)
+    assert server[server.index("--flash-attn") + 1] == "on"

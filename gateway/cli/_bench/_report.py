@@ -1,0 +1,228 @@
+"""`zest bench`'s report as text (with the targets of the comparison, met or not) and its plot."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from zest.gateway.cli._bench._compare import row
+from zest.gateway.cli._bench._workload import Level
+
+__all__ = ["format_report", "plot", "targets"]
+
+PEER = "llama-server"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for part in (_cold, _ceiling, _levels, _targets, _prefix, _speculation, _zest_alone):
+        lines += part(report)
+    return "\n".join(lines)
+
+
+def _cold(report: dict[str, Any]) -> list[str]:
+    cold = report.get("cold")
+    if not cold:
+        return []
+    return [
+        f"cold start: process start -> ready {cold['ready_s_p50']:.2f} s "
+        f"(of which model load {cold['model_load_s_p50']:.2f} s)"
+    ]
+
+
+def _ceiling(report: dict[str, Any]) -> list[str]:
+    ceiling = report.get("ceiling")
+    if not ceiling:
+        return []
+    steps = ", ".join(f"{k} seq {ms:.1f} ms" for k, ms in ceiling["decode_step_ms"].items())
+    prefill = ", ".join(f"{n} tokens {tps:.0f} tok/s" for n, tps in ceiling["prefill_tps"].items())
+    return [f"ceiling (llama_decode alone): decode step {steps}; prefill {prefill}"]
+
+
+def _by_level(report: dict[str, Any]) -> dict[tuple[str, int], Level]:
+    levels = [Level(**level) for level in report.get("levels", [])]
+    return {(lv.server, lv.concurrency): lv for lv in levels}
+
+
+def _levels(report: dict[str, Any]) -> list[str]:
+    by = _by_level(report)
+    if not by:
+        return []
+    limits = report.get("ceiling", {}).get("aggregate_tps", {})
+    lines = []
+    for lv in by.values():
+        limit = limits.get(lv.concurrency) or limits.get(str(lv.concurrency))
+        share = f"  ({lv.aggregate_tps / limit:.0%} of the ceiling)" if limit else ""
+        lines.append(row(lv) + share)
+    raw, one = report["raw_llama_cpp"], by.get(("zest", 1))
+    if one:
+        lines.append(
+            f"raw llama-cpp-python: TTFT p50 {raw['ttft_p50_ms']:.1f} ms, decode "
+            f"{raw['decode_tps_p50']:.1f} tok/s"
+        )
+    if one and one.overhead_p50_ms is not None:
+        lines.append(
+            f"zest gateway overhead at 1 stream (TTFT minus the engine's own prefill, same "
+            f"requests): p50 {one.overhead_p50_ms:.1f} ms"
+        )
+    return lines
+
+
+def targets(report: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
+    """(target, measured ratio, how it reads, met) for each target of the comparison that
+    this report has the figures for."""
+    by, found = _by_level(report), []
+    raw = report.get("raw_llama_cpp")
+    one, peer_one = by.get(("zest", 1)), by.get((PEER, 1))
+    if one and peer_one:
+        ratio = one.ttft_p50_ms / peer_one.ttft_p50_ms
+        found.append((f"1 stream: TTFT p50 <= 1.0x {PEER}", ratio, "x", ratio <= 1.0))
+    if one and raw:
+        ratio = one.decode_tps_p50 / raw["decode_tps_p50"]
+        found.append(("1 stream: decode >= 0.97x raw llama-cpp-python", ratio, "x", ratio >= 0.97))
+    for streams in (4, 8):
+        mine, theirs = by.get(("zest", streams)), by.get((PEER, streams))
+        if not (mine and theirs):
+            continue
+        ratio = mine.aggregate_tps / theirs.aggregate_tps
+        found.append((f"{streams} streams: aggregate >= 1.25x {PEER}", ratio, "x", ratio >= 1.25))
+        ratio = mine.ttft_p95_ms / theirs.ttft_p95_ms
+        found.append((f"{streams} streams: TTFT p95 <= 0.9x {PEER}", ratio, "x", ratio <= 0.9))
+    speculation = report.get("speculation")
+    if speculation:
+        ratio = speculation["ratio"]
+        found.append(("summarization: prompt lookup decode >= 1.5x", ratio, "x", ratio >= 1.5))
+    return found
+
+
+def _targets(report: dict[str, Any]) -> list[str]:
+    return [
+        f"target {name}: {ratio:.2f}{unit} {'met' if met else 'NOT met'}"
+        for name, ratio, unit, met in targets(report)
+    ]
+
+
+def _prefix(report: dict[str, Any]) -> list[str]:
+    cache = report.get("prefix_cache")
+    if not cache:
+        return []
+    return [
+        f"prefix cache (1,000-token system prompt): TTFT cold {cache['cold_ttft_ms']:.1f}"
+        f" ms, warm {cache['warm_ttft_ms']:.1f} ms "
+        f"({cache['warm_ttft_ms'] / cache['cold_ttft_ms']:.0%} of cold)"
+    ]
+
+
+def _speculation(report: dict[str, Any]) -> list[str]:
+    spec = report.get("speculation")
+    if not spec:
+        return []
+    return [
+        f"speculation (summarization, {spec['prompt_tokens']}-token article): decode "
+        f"{spec['decode_tps_p50']:.1f} tok/s plain, {spec['lookup_decode_tps_p50']:.1f} with "
+        f"prompt lookup ({spec['ratio']:.2f}x), {spec['acceptance']:.0%} of drafts accepted"
+    ]
+
+
+def _zest_alone(report: dict[str, Any]) -> list[str]:
+    lines = [
+        f"prefill {row['prompt_tokens']:.0f} tokens: {row['prefill_tps']:.0f} tok/s "
+        f"(TTFT p50 {row['ttft_p50_ms']:.0f} ms)"
+        for row in report.get("prefill", [])
+    ]
+    if decode := report.get("decode"):
+        lines.append(
+            f"decode (1 stream, {decode['tokens_p50']:.0f} tokens): "
+            f"{decode['decode_tps_p50']:.1f} tok/s"
+        )
+    if latency := report.get("latency"):
+        lines.append(
+            f"end-to-end latency ({latency['requests']} requests of {latency['max_tokens']} "
+            f"tokens, not streamed): p50 {latency['p50_ms']:.0f} ms, p95 {latency['p95_ms']:.0f} ms"
+        )
+    if sustained := report.get("sustained"):
+        for minute in sustained["minutes"]:
+            ttft = minute["ttft_p50_ms"]
+            shown = "-" if ttft is None else f"{ttft:.0f} ms"
+            lines.append(
+                f"sustained minute {minute['minute']}: {minute['tokens_per_s']:.1f} tok/s, "
+                f"{minute['requests']} requests, TTFT p50 {shown}, "
+                f"RSS {minute.get('rss_mib') or 0:.0f} MiB"
+            )
+        lines.append(f"sustained drift: {sustained['drift_per_minute']:+.1%} tokens/s per minute")
+    return lines
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(
+            f"matplotlib is not installed: no plot ({path}); pip install matplotlib",
+            file=sys.stderr,
+        )
+        return
+    wanted = (
+        (_throughput, "levels"),
+        (_ttft, "levels"),
+        (_prefill, "prefill"),
+        (_sustained, "sustained"),
+    )
+    panels = [draw for draw, key in wanted if report.get(key)]
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for draw, axis in zip(panels, axes[0], strict=True):
+        draw(report, axis)
+        axis.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _series(report: dict[str, Any]) -> dict[str, list[Level]]:
+    series: dict[str, list[Level]] = {}
+    for level in _by_level(report).values():
+        series.setdefault(level.server, []).append(level)
+    return series
+
+
+def _throughput(report: dict[str, Any], axis: Any) -> None:
+    for server, levels in _series(report).items():
+        xs = [lv.concurrency for lv in levels]
+        axis.plot(xs, [lv.aggregate_tps for lv in levels], marker="o", label=server)
+    limits = report.get("ceiling", {}).get("aggregate_tps", {})
+    if limits:
+        xs = sorted(int(k) for k in limits)
+        ys = [limits.get(k) or limits[str(k)] for k in xs]
+        axis.plot(xs, ys, linestyle="--", color="grey", label="ceiling (llama_decode alone)")
+    axis.set(xlabel="concurrent streams", ylabel="aggregate tokens/s", title="Throughput")
+    axis.legend()
+
+
+def _ttft(report: dict[str, Any], axis: Any) -> None:
+    for server, levels in _series(report).items():
+        xs = [lv.concurrency for lv in levels]
+        axis.plot(xs, [lv.ttft_p95_ms for lv in levels], marker="o", label=server)
+    axis.set(xlabel="concurrent streams", ylabel="TTFT p95 (ms)", title="Time to first token")
+    axis.legend()
+
+
+def _prefill(report: dict[str, Any], axis: Any) -> None:
+    rows = report["prefill"]
+    axis.plot([r["prompt_tokens"] for r in rows], [r["prefill_tps"] for r in rows], marker="o")
+    axis.set(xscale="log", xlabel="prompt tokens", ylabel="tokens/s", title="zest prefill")
+
+
+def _sustained(report: dict[str, Any], axis: Any) -> None:
+    rows = report["sustained"]["minutes"]
+    axis.plot([r["minute"] for r in rows], [r["tokens_per_s"] for r in rows], marker="o")
+    axis.set(
+        xlabel="minute",
+        ylabel="aggregate tokens/s",
+        title=f"Sustained, {report['sustained']['streams']} streams",
+        ylim=(0, None),
+    )
