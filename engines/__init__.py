@@ -33,6 +33,7 @@ from zest.engines._base import (
 )
 from zest.engines._baseline import raw_llama_cpp
 from zest.engines._devices import Inventory, Probe, detect_inventory, parse_emulation
+from zest.engines._digests import DigestCache, ModelDigest, model_location, verify_model
 from zest.engines._llama_embed import LlamaCppEmbedder
 from zest.engines._llamacpp import LlamaCppEngine, LlamaCppTokenizer, inspect_llamacpp
 from zest.engines._onnx_genai import OnnxGenaiEngine, OnnxGenaiTokenizer, inspect_onnx_genai
@@ -61,6 +62,7 @@ from zest.router import (
 
 __all__ = [
     "Delta",
+    "DigestCache",
     "Embeddings",
     "Engine",
     "EngineFactory",
@@ -77,6 +79,7 @@ __all__ = [
     "LlamaCppTokenizer",
     "LoadedEngine",
     "Message",
+    "ModelDigest",
     "ModelFacts",
     "ModelPolicy",
     "OnnxGenaiEngine",
@@ -98,11 +101,13 @@ __all__ = [
     "hf_hub_cache_dir",
     "inspect_model",
     "load_tokenizer",
+    "model_location",
     "parse_emulation",
     "privacy_is_strict",
     "raw_llama_cpp",
     "register_engine",
     "resolve_source",
+    "verify_model",
     "zest_cache_dir",
 ]
 
@@ -132,6 +137,7 @@ register_engine(
         OnnxGenaiEngine,
         OnnxGenaiTokenizer.load,
         inspector=inspect_onnx_genai,
+        folder_model=True,  # a source may name its genai_config.json
     )
 )
 register_engine(EngineKind(RemoteModel, RemoteEngine))

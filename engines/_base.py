@@ -466,6 +466,8 @@ class EngineKind(Generic[C]):
     inspector: ModelInspector[C] | None = None
     # Whether it decodes speculatively when a route asks (routes.<task>.speculative).
     speculates: bool = False
+    # Whether its model is a folder: a source naming a file in it stands for the folder.
+    folder_model: bool = False
 
     @property
     def name(self) -> str:

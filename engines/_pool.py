@@ -9,6 +9,8 @@
 - `keep_alive` per model: the sweep unloads an idle engine unused for that long.
 - Reload: an engine is keyed by its model's definition, so a reload that changes a model loads
   it anew; the old engine finishes the requests it has and is unloaded when idle (retired).
+- Every load first checks the model's files against its pin (`verify`, engines._digests): a
+  file that is not the pinned one fails the load like a broken file, before the engine reads it.
 
 cachetools' LRUCache evicts its oldest entry unconditionally; here the oldest may be busy or
 pinned, so the order is an OrderedDict walked from the least recently used end.
@@ -30,6 +32,7 @@ from types import TracebackType
 from typing import Any
 
 from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob
+from zest.engines._digests import ModelDigest
 from zest.engines._memory import release_freed_memory
 from zest.errors import RequestError, ServiceUnavailableError
 from zest.router import ModelConfig, Placement
@@ -47,6 +50,8 @@ __all__ = [
 log = logging.getLogger("zest.engines")
 EngineKey = tuple[str, str, str]  # (model id, definition fingerprint, placement key)
 EngineFactory = Callable[["EngineSpec"], Engine]
+# A model's digest checked against its pin before it loads (blocking; None: nothing to check).
+Verifier = Callable[["EngineSpec"], ModelDigest | None]
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ class LoadedEngine:
     load_s: float = 0.0  # how long the load took (the cold start's model part)
     leases: int = 0
     retired: bool = False  # its model changed or left the routes file: unload when idle
+    digest: ModelDigest | None = None  # its files' SHA-256 (None: a remote model)
 
     @property
     def busy(self) -> bool:
@@ -151,6 +157,7 @@ class EnginePool:
     max_loaded: int | None = None
     # A load that takes longer is given up (its thread cannot be stopped: it is left to end).
     load_timeout_s: float = 600.0
+    verify: Verifier = lambda _: None
     clock: Callable[[], float] = time.monotonic
     # Why the last load of an engine failed, until one succeeds (readiness reads it).
     load_failures: dict[EngineKey, str] = field(default_factory=dict)
@@ -252,19 +259,21 @@ class EnginePool:
         started = time.perf_counter()
         try:
             engine = self.factory(spec)
-            info = await self._load_in_thread(engine, spec)
+            info, digest = await self._load_in_thread(engine, spec)
         except RequestError as exc:
             self.load_failures[spec.key] = exc.message
             raise
         self.load_failures.pop(spec.key, None)
-        entry = LoadedEngine(spec, engine, info, loaded_at=time.time(), last_used=self.clock())
+        entry = LoadedEngine(
+            spec, engine, info, loaded_at=time.time(), last_used=self.clock(), digest=digest
+        )
         entry.load_s = time.perf_counter() - started
         # Loaded for a request of an older table (or while a reload came in): it serves that
         # request and goes when idle, like the engines the reload retired.
         entry.retired = self._stale(spec)
         self._entries[spec.key] = entry
         log.info(
-            "model %s loaded: engine=%s device=%s backend=%s context=%d memory=%s source=%s",
+            "model %s loaded: engine=%s device=%s backend=%s context=%d memory=%s source=%s%s",
             info.model,
             info.engine,
             info.device,
@@ -272,17 +281,22 @@ class EnginePool:
             info.context_length,
             _megabytes(info.memory_bytes),
             info.source,
+            _digest_note(digest),
         )
         return entry
 
-    async def _load_in_thread(self, engine: Engine, spec: EngineSpec) -> EngineInfo:
-        """`engine.load()` on a daemon thread of its own, within `load_timeout_s`. A blocked
-        read never holds up the process's exit, and a load given up on is closed if it ever
-        ends."""
+    async def _load_in_thread(
+        self, engine: Engine, spec: EngineSpec
+    ) -> tuple[EngineInfo, ModelDigest | None]:
+        """The pin checked, then `engine.load()`, on a daemon thread of its own, within
+        `load_timeout_s`. A blocked read never holds up the process's exit, and a load given
+        up on is closed if it ever ends."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[EngineInfo] = loop.create_future()
+        done: asyncio.Future[tuple[EngineInfo, ModelDigest | None]] = loop.create_future()
 
-        def settle(result: EngineInfo | None, error: BaseException | None) -> None:
+        def settle(
+            result: tuple[EngineInfo, ModelDigest | None] | None, error: BaseException | None
+        ) -> None:
             if done.cancelled():  # given up on: free what it loaded
                 if result is not None:
                     closing = asyncio.ensure_future(engine.close())
@@ -295,7 +309,8 @@ class EnginePool:
 
         def work() -> None:
             try:
-                result, error = engine.load(), None
+                digest = self.verify(spec)  # before the engine reads a file that is not it
+                result, error = (engine.load(), digest), None
             except BaseException as exc:  # handed to the waiting coroutine
                 result, error = None, exc
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
@@ -343,6 +358,12 @@ class EnginePool:
         return None
 
 
+def _digest_note(digest: ModelDigest | None) -> str:
+    if digest is None:
+        return ""
+    return f" sha256={digest.sha256}{' (pinned, verified)' if digest.pinned else ''}"
+
+
 def _megabytes(size: int | None) -> str:
     return "n/a" if size is None else f"{size / 1e6:.0f}MB"
 
@@ -365,6 +386,10 @@ def describe(entry: LoadedEngine, now: float, policy: ModelPolicy | None) -> dic
         "requests_in_flight": entry.leases,
         "queued": entry.engine.pending(),
         "pinned": bool(policy and policy.pinned),
+        # Its files' SHA-256 (None: a remote model), and whether routes.yaml pins it (then
+        # it was verified before the load): equal digests across replicas, equal models.
+        "sha256": entry.digest.sha256 if entry.digest else None,
+        "sha256_pinned": bool(entry.digest and entry.digest.pinned),
         "keep_alive_s": keep_alive,
         "unloads_in_s": None if keep_alive is None else round(max(keep_alive - idle, 0.0), 3),
         "retired": entry.retired,

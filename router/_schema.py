@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from zest.errors import shown
+
 __all__ = [
     "DEVICES",
     "ENGINES",
@@ -51,6 +53,7 @@ _SPLIT_DEVICE = re.compile(r"^(cpu|gpu|npu)->(cpu|gpu|npu)$")
 # Task and model names appear in URLs and headers: keep them to a safe alphabet.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _BASE_URL = re.compile(r"^https?://[^/\s]+(/\S*)?$")
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 SOURCE_PATTERNS = {
     "pkg": re.compile(r"^pkg:[A-Za-z0-9._-]+/.+$"),
@@ -128,6 +131,9 @@ class _ModelBase(_Strict):
     pinned: bool = False
     # hf: sources only: the branch, tag or commit of the Hub repository (default: main).
     revision: str | None = Field(default=None, min_length=1)
+    # The model's SHA-256 (a folder model: of its manifest, see engines._digests): checked
+    # before every load, so that every replica serves the same bytes.
+    sha256: str | None = None
 
     @field_validator("keep_alive", mode="before")
     @classmethod
@@ -144,6 +150,24 @@ class _ModelBase(_Strict):
         if not source.strip():
             raise ValueError("empty source: give a file path, pkg:DIST/FILE or hf:ORG/REPO/FILE")
         return source
+
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def _check_sha256(cls, digest: object) -> str | None:
+        if digest is None:
+            return None
+        if not isinstance(digest, str):  # YAML reads a digest of digits alone as a number
+            raise ValueError(
+                f"sha256 must be text, got {shown(digest, 100)}: write the 64 hex digits in "
+                "quotes (sha256: '…')"
+            )
+        if not _SHA256.match(digest):
+            raise ValueError(
+                f"{shown(digest, 100)} is not a SHA-256 ({len(digest)} characters): write the 64 "
+                "hex digits that `sha256sum FILE` prints for the model file (`zest models "
+                "list` shows them), or remove the key"
+            )
+        return digest.lower()
 
     @field_validator("revision")
     @classmethod

@@ -20,6 +20,7 @@
         └── ServiceUnavailableError 503 (model not loaded, engine not installed)
             ├── DeviceUnavailableError  no allowed device can serve the route
             ├── ModelFileMissingError   code=model_not_available: the model's file is not here
+            ├── ModelDigestMismatchError code=model_digest_mismatch: the file is not the pinned one
             ├── OverloadedError     429 code=overloaded: a model's queue is full (Retry-After),
             │                       or the upstream kept answering 429/503
             ├── PrivacyError        code=privacy_forbidden: a remote engine refused the request
@@ -52,6 +53,7 @@ __all__ = [
     "EvalFileError",
     "GatewayTimeoutError",
     "ModelBusyError",
+    "ModelDigestMismatchError",
     "ModelFileMissingError",
     "OverloadedError",
     "PermissionDeniedError",
@@ -236,6 +238,14 @@ class ModelFileMissingError(ServiceUnavailableError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="model_not_available")
+
+
+class ModelDigestMismatchError(ServiceUnavailableError):
+    """The model's file is here but its SHA-256 is not the one routes.yaml pins."""
+
+    def __init__(self, message: str, *, expected: str, actual: str) -> None:
+        super().__init__(message, code="model_digest_mismatch")
+        self.expected, self.actual = expected, actual
 
 
 class EngineError(ServiceUnavailableError):

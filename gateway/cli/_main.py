@@ -184,7 +184,7 @@ def _explain(args: argparse.Namespace) -> int:
     settings = settings_from(routes=args.routes)
     routes = load_routes(routes_file(settings.routes))
     inventory = detect_inventory(settings.emulate_devices)
-    facts = preflight(routes, inventory.devices).facts  # the contexts the models get
+    facts = preflight(routes, inventory.devices, pins=False).facts  # the contexts models get
     contexts = {
         model_id: routes.config.models[model_id].context_length or found.max_context
         for model_id, found in facts.items()
@@ -205,15 +205,16 @@ def _check(args: argparse.Namespace) -> int:
     settings = settings_from(routes=args.file)
     loaded = load_routes(routes_file(settings.routes))
     facts: dict[str, ModelFacts] = {}
+    pins: dict[str, str] = {}
     if not args.no_models:
         checked = preflight_or_raise(loaded, settings)
         for warning in checked.warnings:
             print(f"warning: {warning}", file=sys.stderr)
-        facts = checked.facts
+        facts, pins = checked.facts, checked.pins
     _print_routes(loaded)
     if facts:
         print()
-        _print_models(loaded, facts)
+        _print_models(loaded, facts, pins)
     config = loaded.config
     scope = "the file alone" if args.no_models else "the file and its model files"
     print(
@@ -227,15 +228,17 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
-def _print_models(loaded: LoadedRoutes, facts: dict[str, ModelFacts]) -> None:
-    """Each local model's context and the KV cache one load of it reserves (README, sizing)."""
+def _print_models(loaded: LoadedRoutes, facts: dict[str, ModelFacts], pins: dict[str, str]) -> None:
+    """Each local model's context, the KV cache one load of it reserves (README, sizing) and
+    its verified pin."""
     rows = []
     for model_id, found in facts.items():
         model = loaded.config.models[model_id]
         context = model.context_length or found.max_context
         kv = "n/a" if found.kv_bytes is None else f"{found.kv_bytes / 2**20:,.0f} MiB"
-        rows.append((model_id, model.engine, str(context or "n/a"), kv, found.where))
-    print_table(("MODEL", "ENGINE", "CONTEXT", "KV RESERVED", "FROM"), rows)
+        pin = f"{pins[model_id][:12]} verified" if model_id in pins else "-"
+        rows.append((model_id, model.engine, str(context or "n/a"), kv, pin, found.where))
+    print_table(("MODEL", "ENGINE", "CONTEXT", "KV RESERVED", "SHA256 PIN", "FROM"), rows)
 
 
 def _print_routes(loaded: LoadedRoutes) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from zest.engines import resolve_source
-from zest.errors import ModelFileMissingError, ZestError
+from zest.engines import model_location, verify_model
+from zest.errors import ModelDigestMismatchError, ModelFileMissingError, ZestError
 from zest.gateway.cli._client import server_root
 from zest.gateway.cli._init import ROUTES_HELP, routes_file
 from zest.gateway.cli._progress import human_size
@@ -34,7 +34,10 @@ class ModelRow:
     path: str | None = None
     size_bytes: int | None = None
     routes: list[str] = field(default_factory=list)
-    problem: str | None = None  # why it is missing, and how to get it
+    problem: str | None = None  # why it is missing or not the pinned file, and what to do
+    sha256: str | None = None  # of the file (a folder: of its manifest), when present
+    sha256_pinned: bool = False  # routes.yaml pins it (sha256:)
+    sha256_verified: bool | None = None  # the file matches the pin (None: not pinned)
     loaded_on: list[str] | None = None  # devices a running gateway has it loaded on (--url)
 
 
@@ -42,7 +45,9 @@ def add_models_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
     models = commands.add_parser("models", help="list the routes file's models, or pull one")
     actions = models.add_subparsers(required=True, metavar="ACTION")
 
-    listing = actions.add_parser("list", help="each model: file present?, size, routes using it")
+    listing = actions.add_parser(
+        "list", help="each model: file present?, size, SHA-256 (pinned?), routes using it"
+    )
     listing.add_argument("--routes", type=Path, help=ROUTES_HELP)
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.add_argument("--url", help="also ask this running gateway what it has loaded")
@@ -107,26 +112,52 @@ def _row(model_id: str, model: ModelConfig, base_dir: Path) -> ModelRow:
         return ModelRow(model_id, model.engine, f"{model.base_url} ({model.model})", "remote")
     row = ModelRow(model_id, model.engine, model.source, "missing")
     try:
-        path = resolve_source(model.source, base_dir, model.revision)
+        path = model_location(model, base_dir)
     except ModelFileMissingError as exc:
         row.problem = str(exc)
         return row
-    # An onnx-genai source may name the folder's genai_config.json: the model is the folder.
-    on_disk = path.parent if path.name == "genai_config.json" else path
-    row.state, row.path, row.size_bytes = "present", str(path), disk_size(on_disk)
+    row.state, row.path, row.size_bytes = "present", str(path), disk_size(path)
+    _add_digest(row, model_id, model, base_dir)
     return row
 
 
+def _add_digest(row: ModelRow, model_id: str, model: ModelConfig, base_dir: Path) -> None:
+    """The model's SHA-256 (read once, then cached by path, size and mtime) and its pin."""
+    pin = None if isinstance(model, RemoteModel) else model.sha256
+    row.sha256_pinned = pin is not None
+    try:
+        digest = verify_model(model_id, model, base_dir)
+    except ModelDigestMismatchError as exc:
+        row.sha256, row.sha256_verified, row.problem = exc.actual, False, str(exc)
+        return
+    except ModelFileMissingError as exc:  # unreadable
+        row.problem = str(exc)
+        return
+    if digest is not None:
+        row.sha256 = digest.sha256
+        row.sha256_verified = True if row.sha256_pinned else None
+
+
 def _print_table(rows: list[ModelRow], *, with_loaded: bool) -> None:
-    headers = ["MODEL", "ENGINE", "FILE", "SIZE", "ROUTES", "SOURCE"]
+    headers = ["MODEL", "ENGINE", "FILE", "SIZE", "SHA256", "ROUTES", "SOURCE"]
     cells = []
     for row in rows:
         size = human_size(row.size_bytes) if row.size_bytes is not None else "-"
-        line = [row.id, row.engine, row.state, size, ", ".join(row.routes) or "-", row.source]
+        routes = ", ".join(row.routes) or "-"
+        line = [row.id, row.engine, row.state, size, _digest_cell(row), routes, row.source]
         if with_loaded:
             line.append(", ".join(row.loaded_on or []) or "-")
         cells.append(line)
     print_table(headers + (["LOADED"] if with_loaded else []), cells)
+
+
+def _digest_cell(row: ModelRow) -> str:
+    """The digest short, and its pin: `3f2a9c0b1d4e pinned, verified`."""
+    if row.sha256 is None:
+        return "-"
+    if not row.sha256_pinned:
+        return f"{row.sha256[:12]} unpinned"
+    return f"{row.sha256[:12]} pinned, {'verified' if row.sha256_verified else 'MISMATCH'}"
 
 
 def _add_loaded(rows: list[ModelRow], url: str, api_key: str | None) -> None:

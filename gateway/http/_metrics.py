@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from zest.engines import Delta, EngineInfo, StageStats
+from zest.engines import Delta, EngineInfo, ModelDigest, StageStats
 from zest.errors import ClientDisconnectedError, RequestError
 from zest.gateway.http._timeline import Timeline
 from zest.gateway.serving import Generation, RequestEvents, Runtime
@@ -43,6 +43,11 @@ def loaded_engines(runtime: Runtime) -> list[tuple[EngineInfo, int]]:
     """Each loaded engine with its queue depth: the one place that knows how the runtime holds
     its engines."""
     return [(entry.info, entry.engine.pending()) for entry in runtime.pool.loaded()]
+
+
+def loaded_digests(runtime: Runtime) -> list[tuple[EngineInfo, ModelDigest]]:
+    """Each loaded local engine with its files' SHA-256 (a remote one has no files)."""
+    return [(e.info, e.digest) for e in runtime.pool.loaded() if e.digest is not None]
 
 
 def outcome_of(error: BaseException, *, after_first_token: bool = False) -> str:
@@ -366,7 +371,25 @@ class RuntimeCollector(Collector):
         yield GaugeMetricFamily(
             "zest_loaded_models", "Models loaded (one per model and placement).", value=len(loaded)
         )
+        yield self._model_info()
         yield self._devices()
+
+    def _model_info(self) -> GaugeMetricFamily:
+        """1 per loaded local model and the SHA-256 of its files: replicas serving the same
+        model show the same digest (a fleet's copies compare with one query)."""
+        family = GaugeMetricFamily(
+            "zest_model_info",
+            "1 for each loaded local model, labelled with its files' SHA-256 and whether "
+            "routes.yaml pins it (then it was verified before loading).",
+            labels=("model", "engine", "sha256", "sha256_pinned"),
+        )
+        seen = set()  # one series per label set: the same model on two devices is one copy
+        for info, digest in loaded_digests(self.runtime):
+            labels = (info.model, info.engine, digest.sha256, "true" if digest.pinned else "false")
+            if labels not in seen:
+                seen.add(labels)
+                family.add_metric(labels, 1)
+        return family
 
     def _devices(self) -> GaugeMetricFamily:
         family = GaugeMetricFamily(

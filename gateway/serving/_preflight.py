@@ -4,8 +4,10 @@ a start and every reload run, so that none of them passes a file another would r
 Each model entry's files are read without loading the model (engines.inspect_model: GGUF
 headers, genai_config.json): the file must exist and be readable, `context_length` must fit
 what the model was trained or built for, every route must leave room for a prompt in the
-context it will really get, a chat route needs a chat template, and no route may place a model
-on a device its options rule out. Every problem names the file, the key path and the fix.
+context it will really get, a chat route needs a chat template, no route may place a model on
+a device its options rule out, and a model pinned by `sha256:` must be that file (the digest is
+cached, engines._digests: only a new or changed file is read whole). Every problem names the
+file, the key path and the fix.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from zest.engines import ModelFacts, engine_kind, inspect_model
-from zest.errors import RequestError, ServiceUnavailableError
+from zest.engines import ModelFacts, engine_kind, inspect_model, verify_model
+from zest.errors import ModelDigestMismatchError, RequestError, ServiceUnavailableError
 from zest.gateway.serving._planning import plan_for
-from zest.router import Device, LoadedRoutes, ModelConfig, RouteConfig
+from zest.router import Device, LoadedRoutes, ModelConfig, RemoteModel, RouteConfig
 
 __all__ = ["Preflight", "preflight"]
 
@@ -24,17 +26,26 @@ __all__ = ["Preflight", "preflight"]
 @dataclass(frozen=True)
 class Preflight:
     """What the model files said (by model id), every problem found (the table is refused)
-    and every warning (it serves, less well), one line each."""
+    and every warning (it serves, less well), one line each; `pins`: the SHA-256 of each
+    pinned model whose files matched its pin."""
 
     facts: dict[str, ModelFacts] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    pins: dict[str, str] = field(default_factory=dict)
 
 
-def preflight(routes: LoadedRoutes, devices: Mapping[str, Device] | None = None) -> Preflight:
+def preflight(
+    routes: LoadedRoutes, devices: Mapping[str, Device] | None = None, *, pins: bool = True
+) -> Preflight:
     """Check `routes` against its model files (blocking: run it in a thread). With `devices`
-    (this machine's inventory), routes whose device is auto are checked where they would run."""
+    (this machine's inventory), routes whose device is auto are checked where they would run;
+    `pins=False` leaves the `sha256:` pins to the loads (nothing but headers is read)."""
     facts, unreadable, problems = _inspect_models(routes)
+    verified: dict[str, str] = {}
+    if pins:
+        verified, mismatches = _verify_pins(routes, facts, unreadable)
+        problems += mismatches
     config = routes.config
     required = _required_models(routes)
     warnings = []
@@ -50,7 +61,9 @@ def preflight(routes: LoadedRoutes, devices: Mapping[str, Device] | None = None)
         if devices is not None:
             problems += _placement_problems(routes, task, route, facts, devices)
     name = routes.path
-    return Preflight(facts, [f"{name}: {p}" for p in problems], [f"{name}: {w}" for w in warnings])
+    return Preflight(
+        facts, [f"{name}: {p}" for p in problems], [f"{name}: {w}" for w in warnings], verified
+    )
 
 
 def _inspect_models(
@@ -70,6 +83,30 @@ def _inspect_models(
             facts[model_id] = found
             problems += _context_problems(model_id, config, found)
     return facts, unreadable, problems
+
+
+def _verify_pins(
+    routes: LoadedRoutes, facts: dict[str, ModelFacts], unreadable: dict[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """The digests of the readable pinned models that match, and a problem for each that does
+    not: a wrong file is refused whether or not a route could fall back (unlike a missing
+    one), since a replica serving other bytes than its peers is a broken deployment."""
+    verified, problems = {}, []
+    for model_id in facts:
+        config = routes.config.models[model_id]
+        if isinstance(config, RemoteModel) or config.sha256 is None:
+            continue
+        try:
+            digest = verify_model(model_id, config, routes.base_dir)
+        except ModelDigestMismatchError as exc:
+            problems.append(f"models.{model_id}.sha256: {exc.message}")
+            continue
+        except RequestError as exc:  # unreadable after all
+            unreadable[model_id] = exc.message
+            continue
+        if digest is not None:
+            verified[model_id] = digest.sha256
+    return verified, problems
 
 
 def _exposure_warnings(routes: LoadedRoutes) -> list[str]:

@@ -19,11 +19,13 @@ from zest.engines import (
     EngineSpec,
     Inventory,
     Lease,
+    ModelDigest,
     ModelPolicy,
     Prompt,
     Tokenizer,
     create_engine,
     load_tokenizer,
+    verify_model,
 )
 from zest.errors import RequestError, ServiceUnavailableError
 from zest.gateway.serving._drain import Drain
@@ -92,6 +94,7 @@ class Runtime:
             current=self._current_spec,
             max_loaded=self.routes.config.lifecycle.max_loaded_models,
             load_timeout_s=self.routes.config.lifecycle.load_timeout_s,
+            verify=_verify,
         )
 
     @property
@@ -325,6 +328,11 @@ class Runtime:
             return None
         device = self.devices["cpu"]
         return _spec(self.routes, model_id, Placement(device, device))
+
+
+def _verify(spec: EngineSpec) -> ModelDigest | None:
+    """The model's digest, checked against its pin, before every load (cached: fast)."""
+    return verify_model(spec.model_id, spec.config, spec.base_dir)
 
 
 def _spec(routes: LoadedRoutes, model_id: str, placement: Placement) -> EngineSpec:

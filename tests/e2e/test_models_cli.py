@@ -336,13 +336,15 @@ def test_the_pulled_bundled_model_is_present_as_a_cache_source(
     result = zest(env, "models", "list", "--routes", str(routes))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["MODEL", "ENGINE", "FILE", "SIZE", "ROUTES", "SOURCE"]
+    assert lines[0].split() == ["MODEL", "ENGINE", "FILE", "SIZE", "SHA256", "ROUTES", "SOURCE"]
     assert lines[1].split() == [
         "smol",
         "llamacpp",
         "present",
         "98.4",
         "MB",
+        hashlib.sha256(bundled.read_bytes()).hexdigest()[:12],
+        "unpinned",
         "chat,",
         "notes",
         "cache:smollm2.gguf",
@@ -351,6 +353,7 @@ def test_the_pulled_bundled_model_is_present_as_a_cache_source(
         "gone",
         "llamacpp",
         "missing",
+        "-",
         "-",
         "chat",
         "(fallback)",
@@ -384,6 +387,9 @@ def test_list_json_reads_zest_routes(env: dict[str, str], tmp_path: Path) -> Non
                 "size_bytes": None,
                 "routes": ["chat"],
                 "problem": None,
+                "sha256": None,
+                "sha256_pinned": False,
+                "sha256_verified": None,
                 "loaded_on": None,
             }
         ],

@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from zest.engines import Delta, Engine, EngineInfo, GenerationJob
-from zest.engines._pool import EnginePool, EngineSpec, ModelPolicy
-from zest.errors import OverloadedError
+from zest.engines import Delta, Engine, EngineInfo, GenerationJob, ModelDigest
+from zest.engines._pool import EnginePool, EngineSpec, ModelPolicy, describe
+from zest.errors import ModelDigestMismatchError, OverloadedError
 from zest.router import Device, LlamaCppModel, Placement, RemoteModel
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "test")
@@ -306,3 +306,29 @@ async def test_a_request_refused_at_admission_releases_its_lease() -> None:
                 pass
     [entry] = engines.loaded()
     assert (entry.busy, entry.leases) == (False, 0)  # idle: keep_alive and unload may act
+
+
+def refuse_pin(spec: EngineSpec) -> ModelDigest | None:
+    raise ModelDigestMismatchError(
+        f"model {spec.model_id!r}: not the pinned model", expected="0" * 64, actual="1" * 64
+    )
+
+
+@sync
+async def test_a_pin_that_does_not_match_fails_the_load_before_the_engine_reads_it() -> None:
+    engines = EnginePool(lambda s: CountingEngine(s.model_id), verify=refuse_pin)
+    for _ in range(2):  # each try checks again: a file put right serves without a restart
+        with pytest.raises(ModelDigestMismatchError):
+            await engines.acquire(spec("a"))
+    assert CountingEngine.loads == []
+    assert engines.load_failures == {spec("a").key: "model 'a': not the pinned model"}
+
+
+@sync
+async def test_a_loaded_engine_lists_its_digest() -> None:
+    verified = ModelDigest("f" * 64, pinned=True)
+    engines = EnginePool(lambda s: CountingEngine(s.model_id), verify=lambda _: verified)
+    await use(engines, "a")
+    [entry] = engines.loaded()
+    listed = describe(entry, 0.0, ModelPolicy())
+    assert (listed["sha256"], listed["sha256_pinned"], listed["pinned"]) == ("f" * 64, True, False)

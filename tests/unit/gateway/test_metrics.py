@@ -18,7 +18,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.unit.gateway.generations import CPU, failing_after_one
 from tests.unit.gateway.generations import generation as scripted
 from zest import errors
-from zest.engines import Delta, EngineInfo, EngineSpec, Inventory, LoadedEngine, StageStats
+from zest.engines import (
+    Delta,
+    EngineInfo,
+    EngineSpec,
+    Inventory,
+    LoadedEngine,
+    ModelDigest,
+    StageStats,
+)
 from zest.errors import (
     BadRequestError,
     ContextLengthExceededError,
@@ -351,4 +359,23 @@ def test_a_reloaded_model_beside_its_retired_engine_is_one_series() -> None:
     assert lines == [
         'zest_queue_depth{device="cpu",model="smollm2"} 3.0',
         'zest_model_loaded{device="cpu",engine="llamacpp",model="smollm2"} 2.0',
+    ]
+
+
+def test_model_info_has_one_series_per_model_and_digest() -> None:
+    """The same file on two placements is one copy; a reload's new file beside the retired
+    engine of the old one shows both digests until the old one is gone."""
+    served = runtime({"cpu": CPU})
+    info = EngineInfo("llamacpp", "smollm2", "cpu", "llama.cpp", 4096, "m.gguf")
+    old, new = ModelDigest("a" * 64, pinned=False), ModelDigest("b" * 64, pinned=True)
+    for key, digest in (("cpu", old), ("npu", old), ("new", new)):
+        spec = EngineSpec("smollm2", served.routes.config.models["smollm2"], Path(), CPU_PLACEMENT)
+        entry = LoadedEngine(spec, _Queued(0), info, 0.0, 0.0, digest=digest)  # type: ignore[arg-type]
+        served.pool._entries[("smollm2", key, "cpu")] = entry
+    text = Metrics(served).scrape().decode()
+    assert [line for line in text.splitlines() if line.startswith("zest_model_info{")] == [
+        f'zest_model_info{{engine="llamacpp",model="smollm2",sha256="{"a" * 64}",'
+        'sha256_pinned="false"} 1.0',
+        f'zest_model_info{{engine="llamacpp",model="smollm2",sha256="{"b" * 64}",'
+        'sha256_pinned="true"} 1.0',
     ]

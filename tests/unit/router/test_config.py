@@ -247,7 +247,7 @@ def test_an_unknown_key_of_an_onnx_genai_model_lists_its_keys() -> None:
     text = ONNX.replace("source: cache:m}", "source: cache:m, sauce: x}")
     assert problems(text) == [
         "routes.yaml: models.smollm2.sauce: unknown key 'sauce': did you mean 'source'? "
-        "(allowed: context_length, engine, keep_alive, options, pinned, revision, source)"
+        "(allowed: context_length, engine, keep_alive, options, pinned, revision, sha256, source)"
     ]
 
 
