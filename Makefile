@@ -6,7 +6,7 @@ STAMP := $(VENV)/.zest-installed
 CONVERT_STAMP := $(VENV)/.zest-convert-installed
 ROUTES ?= routes.yaml
 
-.PHONY: install serve test lint unit e2e onnx-model embedding-model browser llama-server clean
+.PHONY: install serve test lint unit e2e onnx-model embedding-model browser promtool llama-server clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP)
@@ -52,6 +52,17 @@ browser:
 llama-server: install
 	scripts/build-llama-server.sh $(BIN)/python
 
+# promtool, from Debian's prometheus package, checks the rules `zest alerts` prints and runs
+# them on test series (tests/unit/cli/test_alerts.py). Only that one binary is unpacked, into
+# the venv: installing the package would also enable and start a Prometheus server.
+PROMTOOL := $(abspath $(BIN))/promtool
+promtool: install
+	@command -v promtool >/dev/null || test -x $(PROMTOOL) || { set -e; dir=$$(mktemp -d); \
+		cd $$dir; apt-get download -q prometheus 2>/dev/null || { $(SUDO) apt-get update -q && \
+		apt-get download -q prometheus; }; \
+		dpkg-deb --fsys-tarfile prometheus_*.deb | tar -xO ./usr/bin/promtool > $(PROMTOOL); \
+		chmod +x $(PROMTOOL); cd /; rm -rf $$dir; $(PROMTOOL) --version | head -1; }
+
 serve: install
 	$(BIN)/zest serve --routes $(ROUTES)
 
@@ -60,8 +71,9 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint onnx-model embedding-model browser
-	$(BIN)/pytest
+# Under make test, the promtool tests require it (run alone, they skip without it).
+test: lint onnx-model embedding-model browser promtool
+	ZEST_REQUIRE_PROMTOOL=1 $(BIN)/pytest
 
 unit: install
 	$(BIN)/pytest tests/unit

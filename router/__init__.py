@@ -35,8 +35,11 @@ from zest.router._schema import (
     RoutesFile,
     RouteTimeouts,
     Sampling,
+    Slo,
     Speculation,
+    format_duration,
     kind_of,
+    parse_seconds,
 )
 
 __all__ = [
@@ -70,12 +73,15 @@ __all__ = [
     "RouteTimeouts",
     "RoutesFile",
     "Sampling",
+    "Slo",
     "Speculation",
     "describe_devices",
     "find_route",
+    "format_duration",
     "kind_of",
     "load_routes",
     "parse_device",
     "parse_routes",
+    "parse_seconds",
     "plan_route",
 ]

@@ -197,6 +197,11 @@ def _policy_problems(where: str, route: RouteConfig) -> list[str]:
             f"{where}.examples: a {route.kind} route has no messages to put examples before: "
             "remove them, or make the route kind: chat"
         )
+    if route.kind == "embedding" and route.slo is not None:
+        problems.append(
+            f"{where}.slo: an embedding route streams no tokens, so it has no time to first "
+            "token or decode rate to judge: remove the key"
+        )
     if route.kind != "chat" and route.tools == "deny":
         problems.append(f"{where}.tools: only chat routes take tools: remove the key")
     if route.kind == "completion" and route.context.trim == "turns":

@@ -44,8 +44,12 @@ __all__ = [
     "RouteTimeouts",
     "RoutesFile",
     "Sampling",
+    "Slo",
     "Speculation",
+    "format_duration",
     "kind_of",
+    "parse_duration",
+    "parse_seconds",
 ]
 
 DEVICES: tuple[str, ...] = ("cpu", "gpu", "npu", "auto", "hybrid")
@@ -103,21 +107,36 @@ def parse_duration(value: object) -> float | None:
     """keep_alive: seconds as a number or text ("90s", "10m", "1h"); -1 or "forever": never."""
     if value is None or value in (-1, "forever"):
         return None
+    return parse_seconds(value, "keep_alive", never=True)
+
+
+def parse_seconds(value: object, key: str, *, never: bool = False) -> float:
+    """`key`'s duration: seconds as a number or text ("90s", "10m", "1h"); errors name `key`
+    (and, with `never`, the -1 / forever that keep_alive also takes)."""
+    hint = ", or -1 / forever to never unload" if never else ""
     if isinstance(value, bool):
-        raise ValueError("keep_alive must be a duration such as 30s, 10m or 1h")
+        raise ValueError(f"{key} must be a duration such as 30s, 10m or 1h")
     if isinstance(value, int | float):
         if not math.isfinite(value):
-            raise ValueError("keep_alive must be a finite duration, or -1 / forever")
+            raise ValueError(f"{key} must be a finite duration{hint}")
         if value < 0:
-            raise ValueError("keep_alive must be >= 0 seconds, or -1 / forever to never unload")
+            raise ValueError(f"{key} must be >= 0 seconds{hint}")
         return float(value)
     match = _DURATION.match(str(value))
     if match is None:
         raise ValueError(
-            f"invalid keep_alive {value!r}: write seconds or a duration such as 30s, 10m, 1h "
-            "(or forever)"
+            f"invalid {key} {value!r}: write seconds or a duration such as 30s, 10m, 1h"
+            + (" (or forever)" if never else "")
         )
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as routes.yaml writes them: 5m, 90s, 1h (the largest unit that divides them)."""
+    for unit in ("h", "m"):
+        if seconds >= _UNIT_SECONDS[unit] and seconds % _UNIT_SECONDS[unit] == 0:
+            return f"{seconds / _UNIT_SECONDS[unit]:g}{unit}"
+    return f"{seconds:g}s"
 
 
 class _ModelBase(_Strict):
@@ -404,6 +423,46 @@ class Speculation(_Strict):
     ngram: int = Field(default=3, ge=2, le=8)  # the longest n-gram looked up
 
 
+_SLO_WINDOW_S = 300.0  # an slo's default window: 5m
+_SLO_WINDOW_RANGE = (1.0, 86400.0)
+
+
+class Slo(_Strict):
+    """A route's latency objectives, judged over the requests of a sliding window."""
+
+    # The window's 95th percentile of time to first token must not exceed this (seconds).
+    ttft_p95_s: float | None = Field(default=None, gt=0, le=3600)
+    # The window's median decode rate (tokens after the first per second) must not fall below.
+    min_tokens_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    # Seconds of recent requests judged: a number or a duration such as 30s, 5m, 1h.
+    window: float = _SLO_WINDOW_S
+
+    @field_validator("window", mode="before")
+    @classmethod
+    def _check_window(cls, value: object) -> float:
+        low, high = _SLO_WINDOW_RANGE
+        out_of_range = ValueError(f"window must be between 1s and 24h, got {value!r}")
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < low:
+            raise out_of_range  # before parse_seconds, whose floor is 0
+        seconds = parse_seconds(value, "window")
+        if not low <= seconds <= high:
+            raise out_of_range
+        return seconds
+
+    def objectives(self) -> dict[str, float]:
+        """The objectives set, by the name metrics and logs give them, with their targets."""
+        named = {"ttft_p95": self.ttft_p95_s, "tokens_per_s": self.min_tokens_per_s}
+        return {name: target for name, target in named.items() if target is not None}
+
+    @model_validator(mode="after")
+    def _check_some_objective(self) -> Slo:
+        if self.ttft_p95_s is None and self.min_tokens_per_s is None:
+            raise ValueError(
+                "an slo needs an objective: set ttft_p95_s (seconds), min_tokens_per_s, or both"
+            )
+        return self
+
+
 class RouteConfig(_Strict):
     # chat (messages), completion (prompt), or embedding (input texts -> vectors).
     kind: Literal["chat", "completion", "embedding"]
@@ -436,6 +495,8 @@ class RouteConfig(_Strict):
     tools: Literal["allow", "deny"] = "allow"
     # Speculative decoding (llamacpp models): None, off.
     speculative: Speculation | None = None
+    # Latency objectives (None: the file's top-level slo, if any); README, "SLOs and alerts".
+    slo: Slo | None = None
 
     @field_validator("device")
     @classmethod
@@ -483,7 +544,16 @@ class RoutesFile(_Strict):
             return False
         return model.local or self.expose_models == "all"
 
+    def slo_of(self, task: str) -> Slo | None:
+        """The objectives a task is judged by: its own, else the file's (generating routes)."""
+        route = self.routes.get(task)
+        if route is None or route.kind == "embedding":
+            return None
+        return route.slo or self.slo
+
     lifecycle: Lifecycle = Lifecycle()
+    # The slo of every chat and completion route that declares none.
+    slo: Slo | None = None
     models: dict[str, ModelConfig]
     routes: dict[str, RouteConfig]
 

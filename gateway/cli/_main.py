@@ -1,4 +1,4 @@
-"""The `zest` command line: serve, check, explain, models, eval and bench."""
+"""The `zest` command line: serve, check, explain, alerts, models, eval and bench."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from zest.engines import ModelFacts
 from zest.errors import CommandError, ConfigError, ZestError
+from zest.gateway.cli._alerts import add_alerts_command
 from zest.gateway.cli._chat import add_chat_commands
 from zest.gateway.cli._eval import add_eval_command
 from zest.gateway.cli._init import ROUTES_HELP, add_init_command, routes_file
@@ -84,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--routes", type=Path, help=ROUTES_HELP)
     explain.add_argument("--json", action="store_true", help="print the plan as JSON")
     explain.set_defaults(func=_explain)
+    add_alerts_command(commands)
     add_init_command(commands)
     add_models_command(commands)
     add_eval_command(commands)

@@ -5,12 +5,14 @@ process do not collide. A `RequestRecord` follows one generation request from it
 its end and is the only writer of request metrics: it publishes everything once, when the
 request ends, with bounded labels (task names are checked against routes.yaml; never a request
 id or user text). Gauges that describe the runtime (queues, loaded models, devices) are read at
-scrape time by `RuntimeCollector`.
+scrape time by `RuntimeCollector`; each route's SLO window (`_slo`) is judged then by
+`SloCollector`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,25 +20,38 @@ from typing import Any
 
 from litestar.exceptions import HTTPException
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from zest.engines import Delta, EngineInfo, ModelDigest, StageStats
 from zest.errors import ClientDisconnectedError, RequestError
+from zest.gateway.http._slo import Change, RouteState, SloTracker
 from zest.gateway.http._timeline import Timeline
 from zest.gateway.serving import Generation, RequestEvents, Runtime
+from zest.router import Slo
 
-__all__ = ["CONTENT_TYPE", "Metrics", "RequestRecord", "loaded_engines", "outcome_of"]
+__all__ = [
+    "CONTENT_TYPE",
+    "Metrics",
+    "RequestRecord",
+    "SloCollector",
+    "loaded_engines",
+    "outcome_of",
+]
 
 # The format generate_latest writes (prometheus_client's CONTENT_TYPE_LATEST has moved on to
 # 1.0.0); Litestar appends "; charset=utf-8" to text types itself.
 CONTENT_TYPE = "text/plain; version=0.0.4"
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# Decode rates in tokens/s: an slo's min_tokens_per_s on a bound is judged exactly by the alerts.
+RATE_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 500.0, 1000.0)
 STAGE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 MAX_TOKEN_TIMES = 1024  # /stats' decode_token_times keeps the first this many gaps
 UNKNOWN = "unknown"  # a task name routes.yaml does not know (or a body without one)
 NONE = "none"  # no attempt was made (the request failed before its plan ran)
+
+log = logging.getLogger("zest.gateway")
 
 
 def loaded_engines(runtime: Runtime) -> list[tuple[EngineInfo, int]]:
@@ -74,9 +89,11 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.last: LastRequest | None = None
         self.timeline = Timeline()
+        self.slo = SloTracker(report=_log_slo_change)
         self._define()
         if runtime is not None:
             self.registry.register(RuntimeCollector(runtime))
+            self.registry.register(SloCollector(self))
 
     def _define(self) -> None:
         served = ("task", "model", "device")
@@ -95,6 +112,13 @@ class Metrics:
             "Gaps between the pieces of text a generation produced after its first.",
             served,
             buckets=ITL_BUCKETS,
+            registry=self.registry,
+        )
+        self.decode_rate = Histogram(
+            "zest_decode_tokens_per_second",
+            "Each finished generation's decode rate: tokens after the first per second.",
+            served,
+            buckets=RATE_BUCKETS,
             registry=self.registry,
         )
         self.prompt_tokens = self._counter(
@@ -153,10 +177,34 @@ class Metrics:
         return generate_latest(self.registry)
 
     def stats(self) -> dict[str, Any]:
-        """Lemonade's /stats fields (and zest's task, model, device): all null before any."""
-        if self.last is None:
-            return dict.fromkeys(LastRequest.FIELDS)
-        return self.last.as_stats()
+        """Lemonade's /stats fields (and zest's task, model, device): all null before any;
+        with each route's SLO state under `slo`."""
+        fields = dict.fromkeys(LastRequest.FIELDS) if self.last is None else self.last.as_stats()
+        slo = {s.route: s.as_stats(self.slo.breaches(s.route)) for s in self.slo_states()}
+        return {**fields, "slo": slo}
+
+    def _slos(self) -> dict[str, Slo]:
+        """The objectives of every task that has some, as routes.yaml says now."""
+        if self.runtime is None:
+            return {}
+        config = self.runtime.routes.config
+        slos = {task: config.slo_of(task) for task in config.routes}
+        return {task: slo for task, slo in slos.items() if slo is not None}
+
+    def slo_states(self) -> list[RouteState]:
+        """Every route with an slo, its window judged now."""
+        return self.slo.judge_all(self._slos())
+
+    def observe_slo(self, task: str, ttft: float, tokens_per_s: float | None) -> None:
+        """A request of `task` reached its first token: into its route's window, if judged."""
+        slo = self._slos().get(task)
+        if slo is not None:
+            self.slo.observe(task, slo, ttft, tokens_per_s)
+
+
+def _log_slo_change(change: Change) -> None:
+    """One line per change: a breach's WARNING, however many requests miss while it lasts."""
+    log.log(logging.WARNING if change.breached else logging.INFO, "%s", change.describe())
 
 
 @dataclass(frozen=True)
@@ -296,10 +344,15 @@ class RequestRecord(RequestEvents):
             if stats.drafted_tokens:
                 metrics.speculative_tokens.labels(task, "drafted").inc(stats.drafted_tokens)
                 metrics.speculative_tokens.labels(task, "accepted").inc(stats.accepted_tokens)
+        rate = None
         if self.completion_tokens is not None:
             metrics.completion_tokens.labels(*served).inc(self.completion_tokens)
             metrics.last = self._last_request(task, gen, ttft, self.completion_tokens)
-            metrics.timeline.finished(ttft, metrics.last.tokens_per_second)
+            rate = metrics.last.tokens_per_second
+            metrics.timeline.finished(ttft, rate)
+            if rate is not None:
+                metrics.decode_rate.labels(*served).observe(rate)
+        metrics.observe_slo(task, ttft, rate)
         metrics.sample_queue()
 
     def _last_request(self, task: str, gen: Generation, ttft: float, tokens: int) -> LastRequest:
@@ -401,3 +454,41 @@ class RuntimeCollector(Collector):
             emulated = "true" if device.emulated else "false"
             family.add_metric((device.label, name, emulated, device.detected_by), 1)
         return family
+
+
+class SloCollector(Collector):
+    """Each route's SLO state, judged at scrape time (a window also changes as it ages)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        by_objective = ("route", "objective")
+        ok = GaugeMetricFamily(
+            "zest_slo_ok", "1 while the route's window meets the objective.", labels=by_objective
+        )
+        breaches = CounterMetricFamily(
+            "zest_slo_breaches",
+            "Times the route's window went from meeting the objective to missing it.",
+            labels=by_objective,
+        )
+        figures = {
+            "ttft_p95_s": _route_gauge("ttft_p95_seconds", "The window's p95 time to first token."),
+            "tokens_per_s": _route_gauge("tokens_per_second", "The window's median decode rate."),
+            "requests": _route_gauge("window_requests", "Requests in the window."),
+        }
+        for state in self.metrics.slo_states():
+            counted = self.metrics.slo.breaches(state.route)
+            for judgement in state.judgements:
+                labels = (state.route, judgement.objective)
+                ok.add_metric(labels, 1 if judgement.ok else 0)
+                breaches.add_metric(labels, counted.get(judgement.objective, 0))
+            for field, family in figures.items():
+                value = getattr(state, field)
+                if value is not None:
+                    family.add_metric((state.route,), value)
+        yield from (ok, breaches, *figures.values())
+
+
+def _route_gauge(name: str, doc: str) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"zest_slo_{name}", f"{doc} (routes with an slo)", labels=("route",))

@@ -9,7 +9,16 @@ from zest.engines import Inventory
 from zest.errors import DeviceUnavailableError
 from zest.gateway.serving._planning import plan_for
 from zest.policies import describe_budget
-from zest.router import STRICT_REASON, Device, Placement, RouteConfig, RoutesFile, find_route
+from zest.router import (
+    STRICT_REASON,
+    Device,
+    Placement,
+    RouteConfig,
+    RoutesFile,
+    Slo,
+    find_route,
+    format_duration,
+)
 
 __all__ = ["describe_inventory", "explain_task", "format_explanation"]
 
@@ -55,6 +64,7 @@ def explain_task(
             }
         ),
         "engine": routes.models[route.model].engine,
+        "slo": _slo_entry(routes.slo_of(task)),
         "privacy_mode": "strict" if strict_privacy else "standard",
         "devices_found": [device_entry(d) for _, d in sorted(inventory.devices.items())],
         "queue_depths": dict(load or {}),
@@ -95,6 +105,13 @@ def explain_task(
     ]
     budget = attempts[0]["budget"] if attempts else None
     return {**result, "budget": budget, "attempts": attempts, "removed": list(plan.removed)}
+
+
+def _slo_entry(slo: Slo | None) -> dict[str, Any] | None:
+    """The objectives the task is judged by (its own or the file's), with the window's text."""
+    if slo is None:
+        return None
+    return {**slo.model_dump(), "window_text": format_duration(slo.window)}
 
 
 def device_entry(device: Device) -> dict[str, Any]:
@@ -157,7 +174,19 @@ def _policy_lines(explained: dict[str, Any]) -> list[str]:
         lines.append("policies: " + "; ".join(parts))
     if explained["privacy_mode"] == "strict":
         lines.append(f"privacy: {STRICT_REASON}")
+    if explained["slo"] is not None:
+        lines.append(f"slo: {_describe_slo(explained['slo'])}")
     return lines
+
+
+def _describe_slo(slo: dict[str, Any]) -> str:
+    """e.g. `ttft p95 <= 5 s, decode >= 10 tokens/s, over the last 5m`."""
+    parts = []
+    if slo["ttft_p95_s"] is not None:
+        parts.append(f"ttft p95 <= {slo['ttft_p95_s']:g} s")
+    if slo["min_tokens_per_s"] is not None:
+        parts.append(f"decode >= {slo['min_tokens_per_s']:g} tokens/s")
+    return ", ".join(parts) + f", over the last {slo['window_text']}"
 
 
 def _device_summary(device: dict[str, Any]) -> str:

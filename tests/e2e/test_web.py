@@ -1,7 +1,8 @@
 """The web page at / in a real headless browser: Debian's Chromium, driven by Playwright for
 Python with the system browser (no browser download). It loads without console errors, shows
-an emulated device as emulated, streams a playground answer with what served it, draws the
-live figures, and asks for a key where the server has keys (a wrong one is refused)."""
+an emulated device as emulated and a route's SLO state, streams a playground answer with what
+served it, draws the live figures, and asks for a key where the server has keys (a wrong one
+is refused)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,19 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
+# The default routes, with an slo on chat that every request misses (TTFT) and meets (decode).
+CHAT_SLO = "    slo: {ttft_p95_s: 0.001, min_tokens_per_s: 0.01}\n"
+
+
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    log = tmp_path_factory.mktemp("web") / "zest.log"
+    folder = tmp_path_factory.mktemp("web")
+    routes = (REPO / "routes.yaml").read_text()
+    description = "    description: General assistant chat.\n"
+    assert description in routes
+    (folder / "routes.yaml").write_text(routes.replace(description, description + CHAT_SLO))
     env = {"ZEST_EMULATE_DEVICES": "npu=cpu:1", "ZEST_API_KEYS": ""}
-    running = start_server(REPO / "routes.yaml", log, env)
+    running = start_server(folder / "routes.yaml", folder / "zest.log", env)
     yield running
     stop_server(running)
 
@@ -110,6 +119,26 @@ def test_the_routes_tab_shows_each_task_s_plan(opened: Opened) -> None:
     ]
     chat = opened.page.locator(".plan[data-task=chat]")
     assert "smollm2 on " in (chat.locator("li").first.text_content() or "")
+    assert opened.problems == []
+
+
+def test_the_routes_tab_shows_how_a_route_stands_against_its_slo(
+    opened: Opened, emulated: Server
+) -> None:
+    body = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=60).status_code == 200
+    opened.tab("routes")
+    slo = opened.page.locator(".plan[data-task=chat] .slo")
+    ttft = slo.locator(".badge[data-objective=ttft_p95]")
+    ttft.wait_for()
+    assert (slo.text_content() or "").startswith(
+        "SLO: TTFT p95 ≤ 0.001 s, decode ≥ 0.01 tokens/s over the last 5m ("
+    )
+    assert (ttft.text_content() or "").endswith(" s: breached")
+    assert "bad" in (ttft.get_attribute("class") or "")
+    decode = slo.locator(".badge[data-objective=tokens_per_s]")
+    assert (decode.text_content() or "").endswith(" tokens/s: ok")
+    assert opened.page.locator(".plan[data-task=autocomplete] .slo").count() == 0
     assert opened.problems == []
 
 

@@ -158,15 +158,36 @@ let tasks = [];
 
 async function explainAll() {
   const tokens = Number($("prompt-tokens").value) || 0;
-  const plans = await Promise.all(tasks.map((t) => json(`/v1/routes/${encodeURIComponent(t.id)}/explain?prompt_tokens=${tokens}`)));
-  $("plans").replaceChildren(...plans.map(planCard));
+  const [stats, ...plans] = await Promise.all([
+    json("/v1/stats"),
+    ...tasks.map((t) => json(`/v1/routes/${encodeURIComponent(t.id)}/explain?prompt_tokens=${tokens}`)),
+  ]);
+  $("plans").replaceChildren(...plans.map((plan) => planCard(plan, (stats.slo || {})[plan.task])));
 }
 
-function planCard(plan) {
+// The route's objectives and, once requests came, how its window stands against each.
+function sloLine(slo, state) {
+  const targets = [];
+  if (slo.ttft_p95_s !== null) targets.push(`TTFT p95 ≤ ${slo.ttft_p95_s} s`);
+  if (slo.min_tokens_per_s !== null) targets.push(`decode ≥ ${slo.min_tokens_per_s} tokens/s`);
+  const line = el("p", { class: "slo" }, `SLO: ${targets.join(", ")} over the last ${slo.window_text}`);
+  if (!state) return line;
+  line.append(` (${state.requests} request${state.requests === 1 ? "" : "s"}):`);
+  const units = { ttft_p95: " s", tokens_per_s: " tokens/s" };
+  for (const [name, objective] of Object.entries(state.objectives)) {
+    const value = objective.value === null ? "no data" : `${Number(objective.value.toPrecision(3))}${units[name] || ""}`;
+    line.append(" ", el("span", { class: `badge ${objective.ok ? "ok" : "bad"}`, "data-objective": name },
+      `${name} ${value}: ${objective.ok ? "ok" : "breached"}`));
+  }
+  return line;
+}
+
+function planCard(plan, sloState) {
   const route = plan.route;
   const card = el("article", { class: "plan", "data-task": plan.task },
     el("h2", {}, `${plan.task} `, el("span", { class: "muted" }, `${route.kind}, ${route.model} (${plan.engine}), device ${route.device}`)),
     el("p", { class: "muted" }, `privacy ${route.privacy}; max_prompt_tokens ${route.context.max_prompt_tokens ?? "—"}, on_overflow ${route.context.on_overflow}; on_failure ${route.on_failure}`));
+  if (plan.slo) card.append(sloLine(plan.slo, sloState));
   if (plan.budget) card.append(el("p", { class: "verdict" }, `For ${plan.prompt_tokens} tokens: ${plan.budget}`));
   const attempts = el("ol");
   for (const attempt of plan.attempts) {
@@ -365,5 +386,6 @@ document.addEventListener("DOMContentLoaded", () => {
   refreshAll();
   every(2000, refreshStatus);
   every(5000, async () => { if (!$("live").hidden) await drawLive(); });
+  every(5000, async () => { if (!$("routes").hidden) await explainAll(); });
   setInterval(tickCountdowns, 1000);
 });

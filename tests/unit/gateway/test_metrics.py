@@ -129,19 +129,22 @@ def test_a_finished_request_moves_every_request_counter() -> None:
 
 def test_the_last_finished_request_is_in_stats_with_lemonades_fields() -> None:
     metrics = Metrics()
-    assert metrics.stats() == dict.fromkeys(
-        [
-            "time_to_first_token",
-            "tokens_per_second",
-            "input_tokens",
-            "output_tokens",
-            "decode_token_times",
-            "prompt_tokens",
-            "task",
-            "model",
-            "device",
-        ]
-    )
+    assert metrics.stats() == {
+        **dict.fromkeys(
+            [
+                "time_to_first_token",
+                "tokens_per_second",
+                "input_tokens",
+                "output_tokens",
+                "decode_token_times",
+                "prompt_tokens",
+                "task",
+                "model",
+                "device",
+            ]
+        ),
+        "slo": {},  # no runtime, no routes: nothing judged
+    }
     gen = generation(tokens(Delta(" a"), Delta(" b", "length", 3, stats=HYBRID_STATS)))
     started(metrics, gen)
     finished_body(gen)
@@ -321,6 +324,50 @@ def test_devices_and_loaded_models_are_read_at_scrape_time() -> None:
         )
         == 1
     )
+
+
+def test_a_route_s_slo_is_judged_from_its_requests_in_metrics_and_stats(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    routes = tmp_path / "routes.yaml"
+    slo = "    slo: {ttft_p95_s: 0.000001, min_tokens_per_s: 0.001, window: 1m}\n"
+    text = ROUTES.read_text().replace("    description: General assistant chat.\n", slo)
+    routes.write_text(text)
+    metrics = Metrics(Runtime(load_routes(routes), Inventory({"cpu": CPU}, ())))
+    scraped = samples(metrics)  # before any request: both objectives met, nothing breached
+    assert value(scraped, "zest_slo_ok", route="chat", objective="ttft_p95") == 1
+    assert value(scraped, "zest_slo_window_requests", route="chat") == 0
+    assert ("zest_slo_ttft_p95_seconds", frozenset({("route", "chat")})) not in scraped
+    stats = StageStats("cpu", "cpu", 10.0, decode_ms=500.0, decode_tokens=4)
+    for _ in range(3):
+        gen = generation(tokens(Delta(" a"), Delta(" b", "stop", 5, stats=stats)))
+        started(metrics, gen)
+        finished_body(gen)
+    scraped = samples(metrics)
+    served = {"task": "chat", "model": "m", "device": "cpu"}
+    assert value(scraped, "zest_decode_tokens_per_second_count", **served) == 3
+    assert value(scraped, "zest_decode_tokens_per_second_sum", **served) == 24.0
+    assert value(scraped, "zest_slo_ok", route="chat", objective="ttft_p95") == 0
+    assert value(scraped, "zest_slo_ok", route="chat", objective="tokens_per_s") == 1
+    assert value(scraped, "zest_slo_breaches_total", route="chat", objective="ttft_p95") == 1
+    assert value(scraped, "zest_slo_breaches_total", route="chat", objective="tokens_per_s") == 0
+    assert value(scraped, "zest_slo_ttft_p95_seconds", route="chat") > 0
+    assert value(scraped, "zest_slo_tokens_per_second", route="chat") == 8.0
+    assert value(scraped, "zest_slo_window_requests", route="chat") == 3
+    chat = metrics.stats()["slo"]["chat"]
+    assert (chat["ok"], chat["requests"], chat["window_s"]) == (False, 3, 60.0)
+    assert chat["objectives"]["ttft_p95"]["breaches"] == 1
+    assert chat["objectives"]["tokens_per_s"] == {
+        "target": 0.001,
+        "value": 8.0,
+        "ok": True,
+        "breaches": 0,
+    }
+    assert set(metrics.stats()["slo"]) == {"chat"}  # the other routes have no slo
+    breaches = [r for r in caplog.records if r.getMessage().startswith("SLO breached")]
+    assert len(breaches) == 1  # three requests missed; one line
+    assert breaches[0].levelname == "WARNING"
+    assert breaches[0].getMessage().startswith("SLO breached: route chat: ttft_p95 ")
 
 
 def test_two_apps_in_one_process_keep_their_own_counts() -> None:
