@@ -32,6 +32,7 @@ from zest.engines._base import (
     register_engine,
 )
 from zest.engines._baseline import raw_llama_cpp
+from zest.engines._ceiling import Ceiling, measure_ceiling
 from zest.engines._devices import Inventory, Probe, detect_inventory, parse_emulation
 from zest.engines._digests import DigestCache, ModelDigest, model_location, verify_model
 from zest.engines._llama_embed import LlamaCppEmbedder
@@ -61,6 +62,7 @@ from zest.router import (
 )
 
 __all__ = [
+    "Ceiling",
     "Delta",
     "DigestCache",
     "Embeddings",
@@ -101,6 +103,7 @@ __all__ = [
     "hf_hub_cache_dir",
     "inspect_model",
     "load_tokenizer",
+    "measure_ceiling",
     "model_location",
     "parse_emulation",
     "privacy_is_strict",

@@ -11,15 +11,15 @@ import pytest
 
 from zest.engines._ceiling import Ceiling
 from zest.errors import CommandError
-from zest.gateway.cli._bench._phases import _drift, _per_minute
-from zest.gateway.cli._bench._report import format_report, targets
-from zest.gateway.cli._bench._servers import find_llama_server, peers
-from zest.gateway.cli._bench._servers import routes_file as _routes_file
-from zest.gateway.cli._bench._workload import PREFILL as _PREFILL
-from zest.gateway.cli._bench._workload import Level, Sample, percentile
-from zest.gateway.cli._bench._workload import question as _question
-from zest.gateway.cli._bench._workload import stream as _stream
-from zest.gateway.cli._bench._workload import summary as _summary
+from zest.gateway.cli._bench_phases import _drift, _per_minute
+from zest.gateway.cli._bench_report import format_report, targets
+from zest.gateway.cli._bench_servers import find_llama_server, peers
+from zest.gateway.cli._bench_servers import routes_file as _routes_file
+from zest.gateway.cli._bench_workload import PREFILL as _PREFILL
+from zest.gateway.cli._bench_workload import Level, Sample, percentile
+from zest.gateway.cli._bench_workload import question as _question
+from zest.gateway.cli._bench_workload import stream as _stream
+from zest.gateway.cli._bench_workload import summary as _summary
 from zest.gateway.cli._main import _bench_phases
 from zest.router import LlamaCppModel, load_routes
 

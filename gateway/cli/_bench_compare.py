@@ -14,10 +14,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from zest.engines import raw_llama_cpp
-from zest.engines._ceiling import Ceiling, measure_ceiling
-from zest.gateway.cli._bench._servers import Server
-from zest.gateway.cli._bench._workload import Level, Sample, level, question, summary
+from zest.engines import Ceiling, measure_ceiling, raw_llama_cpp
+from zest.gateway.cli._bench_servers import Server
+from zest.gateway.cli._bench_workload import Level, Sample, level, question, summary
 from zest.gateway.cli._spawn import serving
 
 __all__ = ["PROMPT_TOKENS", "ceiling", "compare_servers", "row"]

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zest.gateway.cli._bench import _phases
-from zest.gateway.cli._bench._compare import PROMPT_TOKENS, ceiling, compare_servers
-from zest.gateway.cli._bench._report import format_report, plot
-from zest.gateway.cli._bench._servers import (
+from zest.gateway.cli import _bench_phases as _phases
+from zest.gateway.cli._bench_compare import PROMPT_TOKENS, ceiling, compare_servers
+from zest.gateway.cli._bench_report import format_report, plot
+from zest.gateway.cli._bench_servers import (
     find_llama_server,
     free_port,
     peers,

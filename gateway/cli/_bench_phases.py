@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from zest.gateway.cli._bench._servers import Server, free_port, zest_server
-from zest.gateway.cli._bench._workload import (
+from zest.gateway.cli._bench_servers import Server, free_port, zest_server
+from zest.gateway.cli._bench_workload import (
     Sample,
     chat_body,
     percentile,
@@ -150,7 +150,7 @@ def speculation(server: Server, rounds: int, max_tokens: int = 256) -> dict[str,
     """One summarization route without and with prompt-lookup speculation on a ~1,000-token
     article, interleaved round by round with the order alternating: decode tokens/s of each,
     and how many drafted tokens were accepted."""
-    article = resources.files(__package__).joinpath("article.txt").read_text()
+    article = resources.files(__package__).joinpath("bench_article.txt").read_text()
     runs: dict[str, list[Sample]] = {"summarize": [], "summarize-lookup": []}
     for round_number in range(rounds + 1):  # round 0 untimed: the article's prefix is cached
         order = list(runs) if round_number % 2 else list(reversed(runs))

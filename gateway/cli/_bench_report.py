@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zest.gateway.cli._bench._compare import row
-from zest.gateway.cli._bench._workload import Level
+from zest.gateway.cli._bench_compare import row
+from zest.gateway.cli._bench_workload import Level
 
 __all__ = ["format_report", "plot", "targets"]
 
