@@ -91,7 +91,7 @@ def _rule(task: str, slo: Slo, objective: str, target: float, pending: str) -> d
         "alert": how.alert,
         "expr": f"histogram_quantile({how.quantile:g}, {rate}) {how.fires} {target:g}",
         "for": pending,
-        "labels": {"severity": "warning", "route": task},
+        "labels": {"severity": "warning", "task": task},
         "annotations": {
             "summary": f"zest route {task} misses its SLO: {how.what} {how.fires} "
             f"{target:g}{how.unit}",

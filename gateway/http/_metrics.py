@@ -463,7 +463,7 @@ class SloCollector(Collector):
         self.metrics = metrics
 
     def collect(self) -> Iterable[Metric]:
-        by_objective = ("route", "objective")
+        by_objective = ("task", "objective")  # `task`, as every other metric names a route
         ok = GaugeMetricFamily(
             "zest_slo_ok", "1 while the route's window meets the objective.", labels=by_objective
         )
@@ -491,4 +491,4 @@ class SloCollector(Collector):
 
 
 def _route_gauge(name: str, doc: str) -> GaugeMetricFamily:
-    return GaugeMetricFamily(f"zest_slo_{name}", f"{doc} (routes with an slo)", labels=("route",))
+    return GaugeMetricFamily(f"zest_slo_{name}", f"{doc} (routes with an slo)", labels=("task",))

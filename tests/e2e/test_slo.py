@@ -35,14 +35,14 @@ def test_an_impossible_target_breaches_once_and_a_generous_one_stays_met(judged:
     chat(judged, "relaxed")
     samples = scrape(f"{judged.base_url}/metrics")
 
-    assert total(samples, "zest_slo_ok", route="strict", objective="ttft_p95") == 0
-    assert total(samples, "zest_slo_breaches_total", route="strict", objective="ttft_p95") == 1
-    assert total(samples, "zest_slo_window_requests", route="strict") == 3
-    assert total(samples, "zest_slo_ttft_p95_seconds", route="strict") > 0.001
+    assert total(samples, "zest_slo_ok", task="strict", objective="ttft_p95") == 0
+    assert total(samples, "zest_slo_breaches_total", task="strict", objective="ttft_p95") == 1
+    assert total(samples, "zest_slo_window_requests", task="strict") == 3
+    assert total(samples, "zest_slo_ttft_p95_seconds", task="strict") > 0.001
     for objective in ("ttft_p95", "tokens_per_s"):
-        assert total(samples, "zest_slo_ok", route="relaxed", objective=objective) == 1
-        assert total(samples, "zest_slo_breaches_total", route="relaxed", objective=objective) == 0
-    assert total(samples, "zest_slo_tokens_per_second", route="relaxed") > 0.01
+        assert total(samples, "zest_slo_ok", task="relaxed", objective=objective) == 1
+        assert total(samples, "zest_slo_breaches_total", task="relaxed", objective=objective) == 0
+    assert total(samples, "zest_slo_tokens_per_second", task="relaxed") > 0.01
     assert total(samples, "zest_decode_tokens_per_second_count", task="relaxed") == 1
 
     slo = httpx.get(f"{judged.v1}/stats", timeout=30).json()["slo"]

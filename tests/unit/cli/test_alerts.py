@@ -62,7 +62,7 @@ def test_every_objective_of_every_route_is_a_rule_on_the_histograms(rules_file: 
     (group,) = document["groups"]
     assert group["name"] == "zest-slo"
     rules: list[dict[str, Any]] = group["rules"]
-    assert [(r["alert"], r["labels"]["route"]) for r in rules] == [
+    assert [(r["alert"], r["labels"]["task"]) for r in rules] == [
         ("ZestSloTtftP95Breached", "chat"),
         ("ZestSloTtftP95Breached", "autocomplete"),  # the file's slo: both objectives
         ("ZestSloDecodeRateBreached", "autocomplete"),
@@ -71,7 +71,7 @@ def test_every_objective_of_every_route_is_a_rule_on_the_histograms(rules_file: 
         "alert": "ZestSloTtftP95Breached",
         "expr": TTFT_CHAT,
         "for": "90s",
-        "labels": {"severity": "warning", "route": "chat"},
+        "labels": {"severity": "warning", "task": "chat"},
         "annotations": {
             "summary": "zest route chat misses its SLO: p95 time to first token > 2.5 s",
             "description": "The p95 time to first token of route chat over the last 2m is "
@@ -150,7 +150,7 @@ def test_promtool_fires_the_slow_route_only(rules_file: Path, tmp_path: Path) ->
         *histogram(rate, "autocomplete", {"10": 0, "50": 0, "75": 6, "+Inf": 6}),
     ]
     chat_alert = {
-        "exp_labels": {"severity": "warning", "route": "chat"},
+        "exp_labels": {"severity": "warning", "task": "chat"},
         # p95 of 5-10 s, interpolated in that bucket: 5 + 5 * 0.95 = 9.75
         "exp_annotations": {
             "summary": "zest route chat misses its SLO: p95 time to first token > 2.5 s",

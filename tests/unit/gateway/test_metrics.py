@@ -335,8 +335,8 @@ def test_a_route_s_slo_is_judged_from_its_requests_in_metrics_and_stats(
     routes.write_text(text)
     metrics = Metrics(Runtime(load_routes(routes), Inventory({"cpu": CPU}, ())))
     scraped = samples(metrics)  # before any request: both objectives met, nothing breached
-    assert value(scraped, "zest_slo_ok", route="chat", objective="ttft_p95") == 1
-    assert value(scraped, "zest_slo_window_requests", route="chat") == 0
+    assert value(scraped, "zest_slo_ok", task="chat", objective="ttft_p95") == 1
+    assert value(scraped, "zest_slo_window_requests", task="chat") == 0
     assert ("zest_slo_ttft_p95_seconds", frozenset({("route", "chat")})) not in scraped
     stats = StageStats("cpu", "cpu", 10.0, decode_ms=500.0, decode_tokens=4)
     for _ in range(3):
@@ -347,13 +347,13 @@ def test_a_route_s_slo_is_judged_from_its_requests_in_metrics_and_stats(
     served = {"task": "chat", "model": "m", "device": "cpu"}
     assert value(scraped, "zest_decode_tokens_per_second_count", **served) == 3
     assert value(scraped, "zest_decode_tokens_per_second_sum", **served) == 24.0
-    assert value(scraped, "zest_slo_ok", route="chat", objective="ttft_p95") == 0
-    assert value(scraped, "zest_slo_ok", route="chat", objective="tokens_per_s") == 1
-    assert value(scraped, "zest_slo_breaches_total", route="chat", objective="ttft_p95") == 1
-    assert value(scraped, "zest_slo_breaches_total", route="chat", objective="tokens_per_s") == 0
-    assert value(scraped, "zest_slo_ttft_p95_seconds", route="chat") > 0
-    assert value(scraped, "zest_slo_tokens_per_second", route="chat") == 8.0
-    assert value(scraped, "zest_slo_window_requests", route="chat") == 3
+    assert value(scraped, "zest_slo_ok", task="chat", objective="ttft_p95") == 0
+    assert value(scraped, "zest_slo_ok", task="chat", objective="tokens_per_s") == 1
+    assert value(scraped, "zest_slo_breaches_total", task="chat", objective="ttft_p95") == 1
+    assert value(scraped, "zest_slo_breaches_total", task="chat", objective="tokens_per_s") == 0
+    assert value(scraped, "zest_slo_ttft_p95_seconds", task="chat") > 0
+    assert value(scraped, "zest_slo_tokens_per_second", task="chat") == 8.0
+    assert value(scraped, "zest_slo_window_requests", task="chat") == 3
     chat = metrics.stats()["slo"]["chat"]
     assert (chat["ok"], chat["requests"], chat["window_s"]) == (False, 3, 60.0)
     assert chat["objectives"]["ttft_p95"]["breaches"] == 1
