@@ -6,7 +6,7 @@ STAMP := $(VENV)/.zest-installed
 CONVERT_STAMP := $(VENV)/.zest-convert-installed
 ROUTES ?= routes.yaml
 
-.PHONY: install serve test lint unit e2e onnx-model embedding-model browser clean
+.PHONY: install serve test lint unit e2e onnx-model embedding-model browser haproxy clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP)
@@ -46,6 +46,12 @@ browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; }
 
+# Debian's HAProxy for the fleet test (tests/e2e/test_fleet.py: three replicas behind
+# deploy/haproxy/haproxy.cfg) and the check of that file (haproxy -c).
+haproxy:
+	@command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q haproxy; }
+
 serve: install
 	$(BIN)/zest serve --routes $(ROUTES)
 
@@ -54,13 +60,13 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint onnx-model embedding-model browser
+test: lint onnx-model embedding-model browser haproxy
 	$(BIN)/pytest
 
 unit: install
 	$(BIN)/pytest tests/unit
 
-e2e: install onnx-model embedding-model browser
+e2e: install onnx-model embedding-model browser haproxy
 	$(BIN)/pytest tests/e2e tests/engines
 
 clean:
