@@ -137,8 +137,8 @@ def _start_replica(
         "--replica-name", name,
     )  # fmt: skip
     probe = f"http://127.0.0.1:{port}/v1/ready"
-    process = spawn(command, probe, log_path, name=f"zest serve ({name})", timeout_s=_READY_S,
-                    env=env)  # fmt: skip
+    label = f"zest serve ({name})"
+    process = spawn(command, probe, log_path, name=label, timeout_s=_READY_S, env=env)
     return Replica(name, port, log_path, process)
 
 

@@ -217,7 +217,7 @@ def whole(url: str, key: str, results: list[httpx.Response | Exception]) -> thre
     exception) is appended to `results`."""
 
     def post() -> None:
-        body = {"model": "story", "prompt": "Once upon a time", "max_tokens": 48}
+        body = {"model": "story", "prompt": "Once upon a time", "max_tokens": 96}
         try:
             answer = httpx.post(
                 f"{url}/v1/completions",
