@@ -6,7 +6,7 @@ STAMP := $(VENV)/.zest-installed
 CONVERT_STAMP := $(VENV)/.zest-convert-installed
 ROUTES ?= routes.yaml
 
-.PHONY: install serve test lint unit e2e onnx-model embedding-model browser promtool llama-server clean
+.PHONY: install serve test lint unit e2e onnx-model embedding-model browser promtool haproxy llama-server clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP)
@@ -63,6 +63,12 @@ promtool: install
 		dpkg-deb --fsys-tarfile prometheus_*.deb | tar -xO ./usr/bin/promtool > $(PROMTOOL); \
 		chmod +x $(PROMTOOL); cd /; rm -rf $$dir; $(PROMTOOL) --version | head -1; }
 
+# Debian's HAProxy for the fleet test (tests/e2e/test_fleet.py: three replicas behind
+# deploy/haproxy/haproxy.cfg) and the check of that file (haproxy -c).
+haproxy:
+	@command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q haproxy; }
+
 serve: install
 	$(BIN)/zest serve --routes $(ROUTES)
 
@@ -72,13 +78,13 @@ lint: install
 	$(BIN)/mypy
 
 # Under make test, the promtool tests require it (run alone, they skip without it).
-test: lint onnx-model embedding-model browser promtool
+test: lint onnx-model embedding-model browser promtool haproxy
 	ZEST_REQUIRE_PROMTOOL=1 $(BIN)/pytest
 
 unit: install
 	$(BIN)/pytest tests/unit
 
-e2e: install onnx-model embedding-model browser
+e2e: install onnx-model embedding-model browser haproxy
 	$(BIN)/pytest tests/e2e tests/engines
 
 clean:

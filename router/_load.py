@@ -31,18 +31,27 @@ class LoadedRoutes:
     """A validated routes file and where it came from (relative model paths start there)."""
 
     config: RoutesFile
-    path: Path
+    path: Path  # resolved: links followed
+    # The file as it was named (absolute, links kept): what a reload reads again. The target
+    # of a link can change: a Kubernetes ConfigMap volume re-points `..data` at each update.
+    named_path: Path | None = None
 
     @property
     def base_dir(self) -> Path:
         return self.path.parent
+
+    @property
+    def source(self) -> Path:
+        """The path to read the file again by (its name, not the target it had)."""
+        return self.named_path or self.path
 
 
 def load_routes(path: str | Path) -> LoadedRoutes:
     """Read and validate a routes file; raise ConfigError listing every problem found."""
     path = Path(path)
     text = read_routes_file(path)
-    return LoadedRoutes(config=parse_routes(text, str(path)), path=path.resolve())
+    config = parse_routes(text, str(path))
+    return LoadedRoutes(config=config, path=path.resolve(), named_path=path.absolute())
 
 
 def parse_routes(text: str, filename: str) -> RoutesFile:

@@ -39,6 +39,10 @@ def add_serve_command(commands: Any) -> None:
     serve.add_argument("--host", help="address to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to bind (default: 8000)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--replica-name",
+        help="this replica's name in the x-zest-replica header (default: host name:port)",
+    )
     serve.set_defaults(func=_serve)
 
 
@@ -48,7 +52,11 @@ def _serve(args: argparse.Namespace) -> int:
     from zest.gateway.serving import Drain, Runtime
 
     settings = settings_from(
-        routes=args.routes, host=args.host, port=args.port, log_level=args.log_level
+        routes=args.routes,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        replica_name=args.replica_name,
     )
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"

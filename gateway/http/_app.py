@@ -26,6 +26,7 @@ from zest.errors import (
 )
 from zest.gateway.http._auth import PUBLIC_PATHS
 from zest.gateway.http._body import IGNORED, parse_body, takes
+from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
     last_stats,
@@ -91,6 +92,9 @@ async def _respond(
 ) -> Response[Any]:
     """Generate and answer; `echo` (a completion's echo: true) comes before the text."""
     request_id = _request_id(request)
+    request.state[AFFINITY_STATE] = request_affinity(
+        request.headers, name, inputs.get("messages"), inputs.get("prompt")
+    )
     # Watched from arrival: a client gone while queued or prefilling cancels its generation.
     gens = await _unless_disconnected(
         request,
@@ -164,8 +168,11 @@ def _request_id(request: Request[Any, Any, Any]) -> str:
 
 
 def _request_headers(request: Request[Any, Any, Any], request_id: str) -> dict[str, str]:
-    """The request's id, and the fields it sent that changed nothing (never ignored silently)."""
+    """The request's id, its affinity key (generations), and the fields it sent that changed
+    nothing (never ignored silently)."""
     headers = {"x-request-id": request_id}
+    if affinity := request.state.get(AFFINITY_STATE):
+        headers["x-zest-affinity"] = affinity
     if ignored := request.state.get(IGNORED):
         headers["x-zest-ignored"] = ", ".join(ignored)
     return headers
@@ -283,6 +290,7 @@ async def responses(
     tools and text.format as on /v1/chat/completions."""
     body = await parse_body(request, ResponsesRequest)
     request_id = _request_id(request)
+    request.state[AFFINITY_STATE] = request_affinity(request.headers, body.model, body.messages())
     sampling = body.sampling()
     gen = await _unless_disconnected(
         request,
@@ -455,6 +463,8 @@ async def health_head() -> Response[None]:
 def _request_error(request: Request[Any, Any, Any], exc: RequestError) -> Response[Any]:
     record_failure(request, exc)
     headers = {"x-request-id": _request_id(request), **exc.headers}
+    if affinity := request.state.get(AFFINITY_STATE):  # a generation's: retried with it
+        headers["x-zest-affinity"] = affinity
     if exc.tried:  # the answer lists every attempt the request tried
         headers["x-zest-fallbacks"] = header_value(" | ".join(exc.tried))
     return Response(exc.to_body(), status_code=exc.status_code, headers=headers)
@@ -581,6 +591,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             Exception: _internal_error,
         },
         lifespan=[lifespan],
+        before_send=[replica_header(settings.replica())],
         guards=[_drain_guard(runtime), security.guard],
         cors_config=security.cors,
         request_max_body_size=security.max_body_bytes,

@@ -20,6 +20,8 @@ EXPOSED_HEADERS = [
     "x-zest-trimmed",
     "x-zest-pipeline",
     "x-zest-ignored",
+    "x-zest-affinity",
+    "x-zest-replica",
     "retry-after",
 ]
 

@@ -27,7 +27,7 @@ from zest.gateway.serving._preflight import preflight
 from zest.gateway.serving._runtime import Runtime
 from zest.router import LoadedRoutes, load_routes
 
-__all__ = ["ReloadOutcome", "Reloader"]
+__all__ = ["ReloadOutcome", "Reloader", "changes_routes_file", "watched_folders"]
 
 log = logging.getLogger("zest.gateway")
 # watchfiles logs each change it sees at INFO; zest logs the reloads that matter instead.
@@ -61,7 +61,8 @@ class Reloader:
 
     @property
     def path(self) -> Path:
-        return self.runtime.routes.path
+        """The routes file as named (a link is read again, wherever it points now)."""
+        return self.runtime.routes.source
 
     async def reload(self, trigger: Trigger) -> ReloadOutcome:
         """Check, load and put in force the routes file; keep the old table on any error."""
@@ -141,21 +142,47 @@ class Reloader:
         task.add_done_callback(self._tasks.remove)
 
     async def _watch_file(self) -> None:
-        """Watch the folder, not the file: editors save by writing a new file and renaming it."""
+        """Watch the folder, not the file: editors save by writing a new file and renaming it,
+        and a Kubernetes ConfigMap volume swaps a link (see `changes_routes_file`)."""
         path = self.path
         self.watching = True
         try:
-            async for changes in watchfiles.awatch(
-                path.parent,
+            async for _ in watchfiles.awatch(
+                *watched_folders(path),
                 debounce=200,
                 step=50,
                 recursive=False,
                 # Only the routes file counts: a log file beside it changes all the time.
-                watch_filter=lambda _, changed: Path(changed).resolve() == path,
+                watch_filter=lambda _, changed: changes_routes_file(path, Path(changed)),
             ):
-                if any(Path(changed).resolve() == path for _, changed in changes):
-                    await self.reload("file")  # a bad save is rejected, never fatal here
+                await self.reload("file")  # a bad save is rejected, never fatal here
         except Exception:  # watching is a convenience: SIGHUP and the admin route still work
             log.exception("watching %s stopped; reload with SIGHUP or the admin route", path)
         finally:
             self.watching = False
+
+
+def watched_folders(named: Path) -> list[Path]:
+    """The folder of the routes file as named, and that of its target when a link leads
+    elsewhere (/etc/zest/routes.yaml -> /srv/config/routes.yaml: edits happen in the latter).
+    A target beside the link (a ConfigMap's timestamped folder) is not watched: it is removed
+    at the next update, and the swap of the link shows in the first folder."""
+    target_folder, folder = named.resolve().parent, named.parent.resolve()
+    if folder in (target_folder, target_folder.parent):
+        return [named.parent]
+    return [named.parent, target_folder]
+
+
+def changes_routes_file(named: Path, changed: Path) -> bool:
+    """Whether a change to `changed`, an entry of the folder of the routes file `named`, may
+    change what `named` reads: the file itself (an edit, an editor's rename), or a link on the
+    way to it. A ConfigMap volume holds `routes.yaml -> ..data/routes.yaml` and
+    `..data -> ..2024_01_01_00_00_00.1`; an update writes a new timestamped folder, then
+    renames a new `..data` link over the old one: that link now leads to the new target's
+    folder. The entries of the new folder, written before the swap, lead elsewhere, and so do
+    the old folder's removal and any other file beside the routes file."""
+    target = named.resolve()
+    if changed == named or changed.resolve() == target:
+        return True
+    linked_folder = target.parent != named.parent.resolve()  # reached through a folder link
+    return linked_folder and changed.is_symlink() and changed.resolve() == target.parent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Literal
 
@@ -25,6 +26,9 @@ class Settings(BaseSettings):
     privacy: Literal["standard", "strict"] = "standard"
     # Reload routes.yaml when the file changes (SIGHUP and POST /api/v1/admin/reload always do).
     watch: bool = True
+    # Which replica this is, in the x-zest-replica header of every answer (a fleet's balancer
+    # spreads requests over replicas); empty: this host's name and port.
+    replica_name: str = ""
     # On SIGTERM: how long requests in flight may go on before they are ended with an error.
     shutdown_grace_s: float = Field(default=20.0, ge=0, le=3600)
     # Security (README, Security). Keys are SecretStr so that no repr or log shows them; the
@@ -34,3 +38,8 @@ class Settings(BaseSettings):
     admin_key: SecretStr = SecretStr("")
     max_body_bytes: PositiveInt = 8 * 1024 * 1024
     cors_origins: str = ""  # empty: CORS off
+
+    def replica(self) -> str:
+        """The name of this replica: replica_name, else host name:port (a pod's name in
+        Kubernetes)."""
+        return self.replica_name or f"{socket.gethostname()}:{self.port}"

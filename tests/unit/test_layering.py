@@ -1,12 +1,13 @@
 """The import rules of docs/architecture.md, checked over the source with `ast`.
 
 Units are the packages and subpackages (zest.router, zest.policies, zest.engines,
-zest.gateway.http, zest.gateway.serving, zest.gateway.cli, zest.gateway) and the leaf module
-zest.errors. Every import counts, lazy ones inside functions and TYPE_CHECKING ones included:
-a deferred import is still a dependency.
+zest.gateway.http, zest.gateway.serving, zest.gateway.cli, zest.gateway) and the leaf modules
+zest.errors and zest.affinity. Every import counts, lazy ones inside functions and
+TYPE_CHECKING ones included: a deferred import is still a dependency.
 
 - router/ and policies/ are pure: they never import zest.engines or zest.gateway;
-- zest.errors is a leaf: it imports nothing of zest;
+- zest.errors and zest.affinity are leaves: they import nothing of zest (clients of a fleet
+  may copy zest/affinity.py alone);
 - a private module (a name with a leading underscore) is imported only from inside the
   package that holds it; another unit goes through that package's `__init__`;
 - the units' import graph has no cycle.
@@ -25,6 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("gateway", "router", "engines", "policies")  # zest/<folder> links to them
 PURE = ("zest.router", "zest.policies")
+LEAVES = ("zest.errors", "zest.affinity")
 FORBIDDEN_TO_PURE = ("zest.engines", "zest.gateway")
 
 
@@ -92,8 +94,8 @@ def imports() -> tuple[Import, ...]:
 
 
 def unit(module: str) -> str:
-    """The package (or subpackage) a module belongs to; zest.errors stands alone."""
-    if module == "zest.errors" or (module in _sources() and _is_package(module)):
+    """The package (or subpackage) a module belongs to; the leaf modules stand alone."""
+    if module in LEAVES or (module in _sources() and _is_package(module)):
         return module
     return module.rpartition(".")[0]
 
@@ -112,6 +114,7 @@ def test_the_sources_are_found() -> None:
     assert {
         "zest",
         "zest.errors",
+        "zest.affinity",
         "zest.router",
         "zest.policies",
         "zest.engines",
@@ -133,8 +136,9 @@ def test_router_and_policies_import_neither_engines_nor_gateway() -> None:
     assert bad == []
 
 
-def test_the_error_tree_is_a_leaf() -> None:
-    assert [i.where() for i in imports() if i.importer == "zest.errors"] == []
+@pytest.mark.parametrize("leaf", LEAVES)
+def test_the_leaf_modules_import_nothing_of_zest(leaf: str) -> None:
+    assert [i.where() for i in imports() if i.importer == leaf] == []
 
 
 def test_no_module_imports_a_private_module_of_another_package() -> None:
@@ -203,3 +207,4 @@ def test_private_owner_and_unit() -> None:
     assert unit("zest.gateway.http._app") == "zest.gateway.http"
     assert unit("zest.gateway.http") == "zest.gateway.http"
     assert unit("zest.errors") == "zest.errors"
+    assert unit("zest.affinity") == "zest.affinity"
