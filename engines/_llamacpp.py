@@ -356,7 +356,7 @@ class LlamaCppEngine(Engine):
                 max_queue=opts.max_queue,
             )
         cache_tokens = opts.prefix_cache_size(length)
-        cache_seqs = 8 if cache_tokens else 0
+        cache_seqs = opts.prefix_cache_entries if cache_tokens else 0
         ctx = self._context(
             self.placement.decode,
             n_seq=opts.parallel + cache_seqs,

@@ -152,9 +152,9 @@ def test_prompts_waiting_together_are_prefilled_in_one_step(
     assert len(calls) <= 2 * len(jobs)
 
 
-def chat_job(engine: Engine, question: str) -> GenerationJob:
+def chat_job(engine: Engine, question: str, system: str = SYSTEM) -> GenerationJob:
     prompt = tokenizer_of(engine).render_chat(
-        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+        [{"role": "system", "content": system}, {"role": "user", "content": question}]
     )
     return completion_job(engine, prompt, max_tokens=8)
 
@@ -176,3 +176,18 @@ def test_a_shared_system_prompt_is_prefilled_once(engine: Engine) -> None:
     # Reused up to the shared prefix, leaving the prompt's last 32 tokens to be evaluated anew.
     assert warm[0].cached_tokens == min(shared, len(warm_job.prompt_tokens) - 32)
     assert warm[-1].completion_tokens >= 1
+
+
+def test_prefix_cache_entries_bound_the_prompts_kept() -> None:
+    """One entry: a second system prompt evicts the first, whose next request starts cold."""
+    engine = load(parallel=1, prefix_cache_tokens=4096, prefix_cache_entries=1)
+    other = SYSTEM.replace("bakery", "cheese shop").replace("bread", "cheese")
+    try:
+        collect(engine, chat_job(engine, "Do you sell rye?"))
+        collect(engine, chat_job(engine, "Do you sell brie?", other))
+        evicted = collect(engine, chat_job(engine, "Do you sell spelt?"))
+        kept = collect(engine, chat_job(engine, "Do you sell spelt?", SYSTEM))
+    finally:
+        asyncio.run(engine.close())
+    assert evicted[0].cached_tokens == 0
+    assert kept[0].cached_tokens > 300  # the bakery prompt came back in as the one entry

@@ -57,7 +57,8 @@ def test_a_misspelt_engine_option_is_found_under_the_model() -> None:
     assert problems(text) == [
         "routes.yaml: models.smollm2.options.n_thread: unknown key 'n_thread': "
         "did you mean 'n_threads'? (allowed: embedding, flash_attn, kv_cache_type, max_queue, "
-        "mmap, n_batch, n_threads, n_threads_batch, n_ubatch, parallel, prefix_cache_tokens)"
+        "mmap, n_batch, n_threads, n_threads_batch, n_ubatch, parallel, prefix_cache_entries, "
+        "prefix_cache_tokens)"
     ]
 
 
