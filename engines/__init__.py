@@ -31,7 +31,7 @@ from zest.engines._base import (
     engine_kinds,
     register_engine,
 )
-from zest.engines._baseline import raw_llama_cpp
+from zest.engines._baseline import RawChat, raw_llama_cpp
 from zest.engines._ceiling import Ceiling, measure_ceiling
 from zest.engines._devices import Inventory, Probe, detect_inventory, parse_emulation
 from zest.engines._digests import DigestCache, ModelDigest, model_location, verify_model
@@ -88,6 +88,7 @@ __all__ = [
     "OnnxGenaiTokenizer",
     "Probe",
     "Prompt",
+    "RawChat",
     "RemoteEngine",
     "StageStats",
     "StopMatcher",

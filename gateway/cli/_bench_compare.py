@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from zest.engines import Ceiling, measure_ceiling, raw_llama_cpp
+from zest.engines import Ceiling, RawChat, measure_ceiling, raw_llama_cpp
 from zest.gateway.cli._bench_servers import Server
 from zest.gateway.cli._bench_workload import Level, Sample, level, question, summary
 from zest.gateway.cli._spawn import serving
@@ -42,28 +42,42 @@ def compare_servers(
     max_tokens: int,
     ceiling_report: Callable[[], dict[str, Any]],
 ) -> dict[str, Any]:
-    """`zest` is already serving; the peers are started here and stopped before returning."""
+    """`zest` is already serving; the peers are started here and stopped before returning.
+
+    Rounds are interleaved server by server (the order alternating), and at one stream raw
+    llama-cpp-python runs in the same rotation, so a busy spell of the shared machine falls on
+    every contender alike."""
     results: list[Level] = []
+    raw: list[Sample] = []
     with ExitStack() as stack:
         for peer in peers:
             stack.enter_context(serving(peer.command, peer.probe, out / peer.log, name=peer.name))
+        chat = stack.enter_context(raw_llama_cpp(model, threads=threads))
         servers = [zest, *peers]
         for server in servers:
             asyncio.run(level(server.base, server.model, 1, 8))  # untimed: first-request costs
-        # In process, the servers idle, just before the levels: the floor and the limit.
-        raw = _raw_llama(model, threads, max_tokens, rounds)
-        limit = ceiling_report()
-        for concurrency in levels:  # interleaved, level by level
-            for server in servers:
-                samples, walls = [], 0.0
-                for _ in range(rounds):
+        _raw_request(chat, 8)  # untimed: first-call costs
+        limit = ceiling_report()  # in process, the servers idle: the limit
+        for concurrency in levels:
+            samples: dict[str, list[Sample]] = {server.name: [] for server in servers}
+            walls = dict.fromkeys(samples, 0.0)
+            for round_number in range(rounds):
+                order = servers if round_number % 2 == 0 else servers[::-1]
+                for server in order:
                     got, wall = asyncio.run(
                         level(server.base, server.model, concurrency, max_tokens)
                     )
-                    samples += got
-                    walls += wall
-                results.append(summary(server.name, concurrency, samples, walls))
+                    samples[server.name] += got
+                    walls[server.name] += wall
+                if concurrency == 1:
+                    raw.append(_raw_request(chat, max_tokens))
+            for server in servers:
+                results.append(
+                    summary(server.name, concurrency, samples[server.name], walls[server.name])
+                )
                 print(row(results[-1]), file=sys.stderr, flush=True)
+        if not raw:  # no 1-stream level: raw measured on its own
+            raw = [_raw_request(chat, max_tokens) for _ in range(rounds)]
     return {
         "ceiling": limit,
         "servers": [server.name for server in servers],
@@ -75,19 +89,13 @@ def compare_servers(
     }
 
 
-def _raw_llama(model: Path, threads: int, max_tokens: int, rounds: int) -> list[Sample]:
+def _raw_request(chat: RawChat, max_tokens: int) -> Sample:
     """The same request through llama-cpp-python in process: the floor for gateway overhead."""
-    samples = []
-    with raw_llama_cpp(model, threads=threads) as chat:
-        for round_number in range(rounds + 1):  # round 0 is untimed: first-call costs
-            start, times = time.perf_counter(), []
-            for _ in chat([{"role": "user", "content": question()}], max_tokens):
-                times.append(time.perf_counter())
-            span = times[-1] - times[0]
-            if round_number:
-                ttft = (times[0] - start) * 1000
-                samples.append(Sample(ttft, len(times), (len(times) - 1) / span))
-    return samples
+    start, times = time.perf_counter(), []
+    for _ in chat([{"role": "user", "content": question()}], max_tokens):
+        times.append(time.perf_counter())
+    span = times[-1] - times[0]
+    return Sample((times[0] - start) * 1000, len(times), (len(times) - 1) / span)
 
 
 def row(result: Level) -> str:
