@@ -5,6 +5,7 @@ which batches the inputs of a request and pools them as the model's metadata say
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from zest.engines._base import (
     GenerationJob,
     Privacy,
 )
+from zest.engines._compute import compute_executor
 from zest.engines._llamacpp import (
     _import_llama_cpp,
     check_trained_context,
@@ -94,7 +96,10 @@ class LlamaCppEmbedder(Engine):
         self._waiting += 1
         try:
             async with self._lock:
-                return await asyncio.to_thread(self._embed_now, llama, list(texts))
+                # On the compute thread, as every llama.cpp model's steps (engines/_compute.py).
+                loop = asyncio.get_running_loop()
+                work = functools.partial(self._embed_now, llama, list(texts))
+                return await loop.run_in_executor(compute_executor(), work)
         finally:
             self._waiting -= 1
 

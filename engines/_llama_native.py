@@ -3,7 +3,8 @@
 A `NativeContext` is one llama_context on a shared model: prefill a sequence in chunks, decode a
 step of one token for several sequences, and move a sequence's KV state out and in
 (`llama_state_seq_get_data` / `llama_state_seq_set_data`) — the handoff of the hybrid pipeline.
-All methods run on the thread that owns the context.
+All methods run on the thread that owns the context; the computations of a multi-threaded one
+run on the process's compute thread (`_compute`), the owner waiting for them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from zest.engines._base import GenerationJob
+from zest.engines._compute import on_compute_thread
 from zest.engines._output import SequenceOutput
 from zest.errors import EngineError
 
@@ -150,7 +152,10 @@ class NativeContext:
             batch.logits[len(entries) - 1] = True
 
     def _decode(self) -> None:
-        code = self._lib.llama_decode(self._ctx.ctx, self._batch.batch)
+        if self.settings.threads > 1:  # an OpenMP team: on the process's one compute thread
+            code = on_compute_thread(self._lib.llama_decode, self._ctx.ctx, self._batch.batch)
+        else:
+            code = self._lib.llama_decode(self._ctx.ctx, self._batch.batch)
         if code != 0:
             raise EngineError(
                 f"generation failed: llama.cpp could not decode (llama_decode returned {code})"

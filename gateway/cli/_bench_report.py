@@ -213,8 +213,11 @@ def _ttft(report: dict[str, Any], axis: Any) -> None:
 
 def _prefill(report: dict[str, Any], axis: Any) -> None:
     rows = report["prefill"]
-    axis.plot([r["prompt_tokens"] for r in rows], [r["prefill_tps"] for r in rows], marker="o")
+    sizes = [r["prompt_tokens"] for r in rows]
+    axis.plot(sizes, [r["prefill_tps"] for r in rows], marker="o")
     axis.set(xscale="log", xlabel="prompt tokens", ylabel="tokens/s", title="zest prefill")
+    axis.set_xticks(sizes, [f"{n:,}" for n in sizes])  # the sizes measured, no log-scale clutter
+    axis.minorticks_off()
 
 
 def _sustained(report: dict[str, Any], axis: Any) -> None:
