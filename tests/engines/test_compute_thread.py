@@ -15,8 +15,7 @@ import llama_cpp.llama_cpp as bindings
 import pytest
 
 from tests.engines.conftest import REPO, job_for, load_smollm2, stream_all
-from zest.engines import Delta, Engine, create_engine
-from zest.engines._compute import compute_executor, on_compute_thread
+from zest.engines import Delta, Engine, compute_executor, create_engine, on_compute_thread
 from zest.router import Device, Placement, load_routes
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
