@@ -33,7 +33,7 @@ from zest.engines._base import (
 )
 from zest.engines._baseline import RawChat, raw_llama_cpp
 from zest.engines._ceiling import Ceiling, measure_ceiling
-from zest.engines._compute import compute_executor, on_compute_thread
+from zest.engines._compute import compute_bound, compute_executor, on_compute_thread
 from zest.engines._devices import Inventory, Probe, detect_inventory, parse_emulation
 from zest.engines._digests import DigestCache, ModelDigest, model_location, verify_model
 from zest.engines._llama_embed import LlamaCppEmbedder
@@ -97,6 +97,7 @@ __all__ = [
     "Tokenizer",
     "TokenizerFactory",
     "clear_tokenizers",
+    "compute_bound",
     "compute_executor",
     "create_engine",
     "describe",

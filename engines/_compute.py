@@ -13,13 +13,15 @@ pipeline's emulated stages) makes no team and computes on its caller's thread.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
-__all__ = ["compute_executor", "on_compute_thread"]
+__all__ = ["compute_bound", "compute_executor", "on_compute_thread"]
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 _thread_ids: set[int] = set()
@@ -45,3 +47,13 @@ def on_compute_thread(work: Callable[..., T], *args: object) -> T:
     if threading.get_ident() in _thread_ids:
         return work(*args)
     return compute_executor().submit(work, *args).result()
+
+
+def compute_bound(work: Callable[P, T]) -> Callable[P, T]:
+    """`work`, run on the compute thread whoever calls it (for llama-cpp-python used directly)."""
+
+    @functools.wraps(work)
+    def on_it(*args: P.args, **kwargs: P.kwargs) -> T:
+        return on_compute_thread(functools.partial(work, *args, **kwargs))
+
+    return on_it

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from zest.engines import Ceiling, RawChat, measure_ceiling, on_compute_thread, raw_llama_cpp
+from zest.engines import Ceiling, RawChat, compute_bound, measure_ceiling, raw_llama_cpp
 from zest.gateway.cli._bench_servers import Server
 from zest.gateway.cli._bench_workload import Level, Sample, level, question, summary
 from zest.gateway.cli._spawn import serving
@@ -89,14 +89,9 @@ def compare_servers(
     }
 
 
+@compute_bound  # where the ceiling's steps run: a second OpenMP team would slow both
 def _raw_request(chat: RawChat, max_tokens: int) -> Sample:
-    """The same request through llama-cpp-python in process: the floor for gateway overhead.
-    On the compute thread, where the ceiling's steps run: a second OpenMP team in the process
-    would slow both (engines/_compute.py)."""
-    return on_compute_thread(_raw_request_here, chat, max_tokens)
-
-
-def _raw_request_here(chat: RawChat, max_tokens: int) -> Sample:
+    """The same request through llama-cpp-python in process: the floor for gateway overhead."""
     start, times = time.perf_counter(), []
     for _ in chat([{"role": "user", "content": question()}], max_tokens):
         times.append(time.perf_counter())

@@ -146,21 +146,32 @@ def prefix(server: Server, rounds: int) -> dict[str, Any]:
     return {"cold_ttft_ms": statistics.median(cold), "warm_ttft_ms": statistics.median(warm)}
 
 
-def speculation(server: Server, rounds: int, max_tokens: int = 256) -> dict[str, Any]:
-    """One summarization route without and with prompt-lookup speculation on a ~1,000-token
-    article, interleaved round by round with the order alternating: decode tokens/s of each,
-    and how many drafted tokens were accepted."""
+def speculation(
+    server: Server,
+    rounds: int,
+    max_tokens: int = 256,
+    *,
+    routes: tuple[str, str] = ("summarize", "summarize-lookup"),
+    system: str | None = SUMMARY_SYSTEM,
+    greedy: bool = True,
+) -> dict[str, Any]:
+    """One summarization route without and with prompt-lookup speculation (`routes`) on a
+    ~1,000-token article, interleaved round by round with the order alternating: decode
+    tokens/s of each, and how many drafted tokens were accepted. `system`: a system turn of the
+    request (None: the route's own); `greedy=False`: the route's own sampling."""
     article = resources.files(__package__).joinpath("bench_article.txt").read_text()
-    runs: dict[str, list[Sample]] = {"summarize": [], "summarize-lookup": []}
+    runs: dict[str, list[Sample]] = {route: [] for route in routes}
     for round_number in range(rounds + 1):  # round 0 untimed: the article's prefix is cached
-        order = list(runs) if round_number % 2 else list(reversed(runs))
-        for route in order:
+        for route in routes if round_number % 2 else routes[::-1]:
             body = chat_body(route, article, max_tokens, **_USAGE)
-            body["messages"].insert(0, {"role": "system", "content": SUMMARY_SYSTEM})
+            if system is not None:
+                body["messages"].insert(0, {"role": "system", "content": system})
+            if not greedy:
+                del body["temperature"]
             sample = asyncio.run(_one(server, body))
             if round_number:
                 runs[route].append(sample)
-    plain, lookup = runs["summarize"], runs["summarize-lookup"]
+    plain, lookup = (runs[route] for route in routes)
     drafted = sum((s.usage or {}).get("speculative", {}).get("drafted_tokens", 0) for s in lookup)
     accepted = sum((s.usage or {}).get("speculative", {}).get("accepted_tokens", 0) for s in lookup)
     plain_tps = statistics.median(s.decode_tps for s in plain)

@@ -15,8 +15,8 @@ from zest.engines import (
     Engine,
     GenerationJob,
     Tokenizer,
+    compute_bound,
     create_engine,
-    on_compute_thread,
 )
 from zest.engines.convert import MODEL_NAME
 from zest.router import OnnxGenaiModel, Placement, load_routes
@@ -142,14 +142,10 @@ def assert_same_or_near_tie(lone: Delta, other: Delta) -> None:
     assert other.logprobs[index].utf8 == lone.logprobs[index].top[1][1]
 
 
+@compute_bound  # as the engines' steps: a second OpenMP team would slow both
 def raw_greedy(prompt: tuple[int, ...], max_tokens: int, *, threads: int = 2) -> str:
     """The greedy continuation of `prompt` by llama-cpp-python alone: the prompt evaluated in
-    512-token batches, then one token at a time, each the argmax of its logits. On the
-    compute thread, as the engines' steps: a second OpenMP team would slow both."""
-    return on_compute_thread(_raw_greedy_here, prompt, max_tokens, threads)
-
-
-def _raw_greedy_here(prompt: tuple[int, ...], max_tokens: int, threads: int) -> str:
+    512-token batches, then one token at a time, each the argmax of its logits."""
     import llama_cpp
     import numpy as np
 

@@ -15,7 +15,14 @@ import llama_cpp.llama_cpp as bindings
 import pytest
 
 from tests.engines.conftest import REPO, job_for, load_smollm2, stream_all
-from zest.engines import Delta, Engine, compute_executor, create_engine, on_compute_thread
+from zest.engines import (
+    Delta,
+    Engine,
+    compute_bound,
+    compute_executor,
+    create_engine,
+    on_compute_thread,
+)
 from zest.router import Device, Placement, load_routes
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
@@ -76,3 +83,9 @@ def test_work_runs_on_the_compute_thread_and_nests_there() -> None:
     assert nested == "zest-llama-compute_0"
     with pytest.raises(ZeroDivisionError):
         on_compute_thread(lambda: 1 / 0)
+
+    @compute_bound
+    def labelled(prefix: str, *, suffix: str) -> str:
+        return prefix + where() + suffix
+
+    assert labelled("<", suffix=">") == "<zest-llama-compute_0>"
