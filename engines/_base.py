@@ -225,6 +225,8 @@ class GenerationJob:
     privacy: Privacy = "local_only"
     # The answer must be JSON (following a schema): engines constrain decoding to it.
     response_format: ResponseFormat | None = None
+    # The response_format as a GBNF grammar a local llama.cpp engine checked (None: not yet).
+    grammar: str | None = None
     # (token id, bias added to its logit): -100 bans a token, +100 all but forces it.
     logit_bias: tuple[tuple[int, float], ...] = ()
     # None: no log probabilities; k (0..20): each token's, with the k most likely alternatives.

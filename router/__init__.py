@@ -13,6 +13,12 @@ from zest.router._placement import (
     parse_device,
 )
 from zest.router._plan import STRICT_REASON, Attempt, ModelTraits, Plan, find_route, plan_route
+from zest.router._schema_limits import (
+    SCHEMA_LIMITS,
+    BoundedJsonSchema,
+    SchemaLimits,
+    check_json_schema,
+)
 from zest.router._schema import (
     DEVICES,
     ENGINE_MODELS,
@@ -49,8 +55,10 @@ __all__ = [
     "ENGINE_MODELS",
     "REMOTE_DEVICE",
     "REMOTE_ENGINE",
+    "SCHEMA_LIMITS",
     "STRICT_REASON",
     "Attempt",
+    "BoundedJsonSchema",
     "ContextPolicy",
     "Device",
     "Example",
@@ -72,10 +80,12 @@ __all__ = [
     "RouteConfig",
     "RouteTimeouts",
     "RoutesFile",
+    "SchemaLimits",
     "Sampling",
     "Slo",
     "Speculation",
     "describe_devices",
+    "check_json_schema",
     "find_route",
     "format_duration",
     "kind_of",

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from zest.errors import shown
+from zest.router._schema_limits import BoundedJsonSchema
 
 __all__ = [
     "DEVICES",
@@ -379,7 +380,7 @@ class JsonSchemaFormat(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str | None = None
     # `schema` in JSON (the attribute name would shadow BaseModel.schema).
-    json_schema: dict[str, Any] = Field(alias="schema")
+    json_schema: BoundedJsonSchema = Field(alias="schema")
     # Accepted as OpenAI defines it; zest constrains the output to the schema either way.
     strict: StrictBool | None = None
 
