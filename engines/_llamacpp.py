@@ -14,6 +14,7 @@ import os
 import random
 import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from zest.engines._base import (
 )
 from zest.engines._gguf import GgufError, GgufFacts, read_gguf_facts
 from zest.engines._llama_batch import BatchScheduler
-from zest.engines._llama_grammar import check_grammar, grammar_of, new_grammar_sampler
+from zest.engines._llama_grammar import new_grammar_sampler, with_checked_grammar
 from zest.engines._llama_log import route_llama_log
 from zest.engines._llama_native import ContextSettings, NativeContext, make_sampler, token_piece
 from zest.engines._llama_pipeline import HybridPipeline
@@ -272,9 +273,19 @@ class LlamaCppEngine(Engine):
         tokenizer = self._loaded_tokenizer()
         if self._runner is None:
             raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
-        check_grammar(job, self._lib, self._model.vocab)
         _check_bias(job, self.model_id, self._model.n_vocab())
-        return self._runner.stream(job.encoded_by(tokenizer))
+        return self._checked_stream(self._runner, job.encoded_by(tokenizer))
+
+    @staticmethod
+    async def _checked_stream(
+        runner: BatchScheduler | HybridPipeline, job: GenerationJob
+    ) -> AsyncGenerator[Delta, None]:
+        """The job's deltas once its grammar is checked (in a child process, so a grammar
+        that would crash or stall llama.cpp costs that process, never this one)."""
+        checked = await with_checked_grammar(job)
+        async with aclosing(runner.stream(checked)) as deltas:
+            async for delta in deltas:
+                yield delta
 
     def pending(self) -> int:
         return self._runner.pending.value if self._runner else 0
@@ -387,6 +398,6 @@ class LlamaCppEngine(Engine):
 
     def _new_sampler(self, job: GenerationJob) -> Any:
         seed = job.seed if job.seed is not None else random.getrandbits(31)
-        grammar, lib = grammar_of(job), self._lib
+        grammar, lib = job.grammar, self._lib
         lead = None if grammar is None else new_grammar_sampler(lib, self._model.vocab, grammar)
         return make_sampler(self._internals, self._model.n_vocab(), job, seed, lead)

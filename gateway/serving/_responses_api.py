@@ -16,7 +16,7 @@ from zest.gateway.serving._tools import (
     ToolUse,
     tool_use_for,
 )
-from zest.router import ResponseFormat
+from zest.router import BoundedJsonSchema, ResponseFormat
 
 __all__ = ["ResponsesRequest"]
 
@@ -68,7 +68,7 @@ class FunctionTool(_Body):
     type: Literal["function"]
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    parameters: BoundedJsonSchema = Field(default_factory=lambda: {"type": "object"})
     strict: StrictBool | None = None
 
 
@@ -82,7 +82,7 @@ class TextFormat(_Body):
 
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    schema_: BoundedJsonSchema | None = Field(default=None, alias="schema")
     description: str | None = None
     strict: StrictBool | None = None
 

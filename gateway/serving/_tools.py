@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from zest.errors import BadRequestError, shown
-from zest.router import ResponseFormat
+from zest.router import BoundedJsonSchema, ResponseFormat
 
 __all__ = [
     "FunctionCall",
@@ -42,7 +42,7 @@ class _Body(BaseModel):
 class Function(_Body):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    parameters: BoundedJsonSchema = Field(default_factory=lambda: {"type": "object"})
     strict: StrictBool | None = None
 
 
