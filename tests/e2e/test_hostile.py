@@ -17,6 +17,7 @@ from tests.e2e.hostile_corpus import (
     bad_json,
     extreme_numbers,
     field_abuse,
+    grammar_bombs,
     hostile_strings,
 )
 from tests.e2e.hostile_http import body_limit, headers, methods, paths
@@ -27,6 +28,7 @@ CORPUS: list[Case] = [
     *hostile_strings(),
     *extreme_numbers(),
     *field_abuse(),
+    *grammar_bombs(),
     *paths(),
     *methods(),
     *headers(),
