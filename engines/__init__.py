@@ -56,6 +56,7 @@ from zest.router import (
     Device,
     LlamaCppModel,
     ModelConfig,
+    Capabilities,
     OnnxGenaiModel,
     Placement,
     RemoteModel,
@@ -133,10 +134,21 @@ register_engine(
         LlamaCppModel,
         _llamacpp_engine,
         LlamaCppTokenizer.load,
-        supports_split=True,
+# What each kind honours (README, Engines and their capabilities). Fill-in-the-middle also
+# needs a model with FIM tokens, which its tokenizer checks.
+        capabilities=Capabilities(
+            logprobs=True,
+            logit_bias=True,
+            structured_output=True,
+            tools=True,
+            fill_in_middle=True,
+            multiple_choices=True,
+            split=True,
+            speculation=True,
+            embeddings=True,
+        ),
         runs_emulated=True,
         inspector=inspect_llamacpp,
-        speculates=True,
     )
 )
 register_engine(
@@ -148,7 +160,25 @@ register_engine(
         folder_model=True,  # a source may name its genai_config.json
     )
 )
-register_engine(EngineKind(RemoteModel, RemoteEngine))
+register_engine(
+    EngineKind(
+        RemoteModel,
+        RemoteEngine,
+        # An upstream's log probabilities are not relayed, and token ids (logit_bias) are
+        # the upstream model's, not ones a client of this route could know.
+        capabilities=Capabilities(
+            structured_output=True,
+            tools=True,
+            fill_in_middle=True,
+            multiple_choices=True,
+            embeddings=True,
+        ),
+    )
+)
+        # No log probabilities or logit bias: onnxruntime-genai exposes neither per token.
+        capabilities=Capabilities(
+            structured_output=True, tools=True, fill_in_middle=True, multiple_choices=True
+        ),
 
 
 def inspect_model(model_id: str, config: ModelConfig, base_dir: Path) -> ModelFacts | None:

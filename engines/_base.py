@@ -13,7 +13,14 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 
 from zest.errors import BadRequestError
-from zest.router import ENGINE_MODELS, Placement, ResponseFormat, Speculation, kind_of
+from zest.router import (
+    ENGINE_MODELS,
+    Capabilities,
+    Placement,
+    ResponseFormat,
+    Speculation,
+    kind_of,
+)
 
 __all__ = [
     "Delta",
@@ -460,14 +467,13 @@ class EngineKind(Generic[C]):
     factory: EngineFactory[C]
     # None: no local tokenizer (a remote upstream): budgets use an approximate count.
     tokenizer: TokenizerFactory[C] | None = None
-    # Whether its engine can run prefill and decode on two different devices.
-    supports_split: bool = False
+    # What its engines honour (logprobs, grammars, a split, speculation...): the planner
+    # leaves out an attempt that cannot honour a request, so no engine refuses one mid-walk.
+    capabilities: Capabilities = field(default_factory=Capabilities)
     # Whether it runs on devices emulated on CPU threads (ZEST_EMULATE_DEVICES).
     runs_emulated: bool = False
     # None: nothing to read before it runs (a remote upstream).
     inspector: ModelInspector[C] | None = None
-    # Whether it decodes speculatively when a route asks (routes.<task>.speculative).
-    speculates: bool = False
     # Whether its model is a folder: a source naming a file in it stands for the folder.
     folder_model: bool = False
 

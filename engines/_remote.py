@@ -149,13 +149,7 @@ class RemoteEngine(Engine):
     # --- one request -------------------------------------------------------------------------
 
     async def _stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
-        self._refuse_if_strict()
-        if job.logprobs is not None:  # the upstream's would need reading back: not done yet
-            raise BadRequestError(
-                f"logprobs: model {self.model_id!r} is remote, and zest does not relay an "
-                "upstream's log probabilities: remove logprobs, or route to a llamacpp model",
-                param="logprobs",
-            )
+        self._refuse_if_strict()  # logprobs never reach here: the kind does not honour them
         if job.privacy != "allow_remote":
             raise PrivacyError(
                 f"model {self.model_id!r} is remote and this request's route is local_only: "

@@ -3,6 +3,7 @@
 Pure apart from reading the file: no engines, no network.
 """
 
+from zest.router._capabilities import Capabilities, Needs
 from zest.router._load import LoadedRoutes, load_routes, parse_routes
 from zest.router._placement import (
     DEVICE_ORDER,
@@ -13,12 +14,6 @@ from zest.router._placement import (
     parse_device,
 )
 from zest.router._plan import STRICT_REASON, Attempt, ModelTraits, Plan, find_route, plan_route
-from zest.router._schema_limits import (
-    SCHEMA_LIMITS,
-    BoundedJsonSchema,
-    SchemaLimits,
-    check_json_schema,
-)
 from zest.router._schema import (
     DEVICES,
     ENGINE_MODELS,
@@ -47,6 +42,12 @@ from zest.router._schema import (
     kind_of,
     parse_seconds,
 )
+from zest.router._schema_limits import (
+    SCHEMA_LIMITS,
+    BoundedJsonSchema,
+    SchemaLimits,
+    check_json_schema,
+)
 
 __all__ = [
     "DEVICES",
@@ -59,6 +60,7 @@ __all__ = [
     "STRICT_REASON",
     "Attempt",
     "BoundedJsonSchema",
+    "Capabilities",
     "ContextPolicy",
     "Device",
     "Example",
@@ -70,6 +72,7 @@ __all__ = [
     "LoadedRoutes",
     "ModelConfig",
     "ModelTraits",
+    "Needs",
     "OnnxGenaiModel",
     "OnnxGenaiOptions",
     "Placement",
@@ -80,12 +83,12 @@ __all__ = [
     "RouteConfig",
     "RouteTimeouts",
     "RoutesFile",
-    "SchemaLimits",
     "Sampling",
+    "SchemaLimits",
     "Slo",
     "Speculation",
-    "describe_devices",
     "check_json_schema",
+    "describe_devices",
     "find_route",
     "format_duration",
     "kind_of",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from zest.errors import BadRequestError, DeviceUnavailableError, UnknownTaskError, shown
+from zest.router._capabilities import Capabilities, Needs
 from zest.router._placement import (
     DEVICE_ORDER,
     REMOTE_DEVICE,
@@ -40,10 +41,14 @@ STRICT_REASON = "ZEST_PRIVACY=strict: no remote engine may be reached"
 
 @dataclass(frozen=True)
 class ModelTraits:
-    """What the planner needs to know about a model: its engine and whether it can split."""
+    """What the planner needs to know about a model: its engine kind and what that honours."""
 
     engine: str
-    can_split: bool = False
+    capabilities: Capabilities = field(default_factory=Capabilities)
+
+    @property
+    def can_split(self) -> bool:
+        return self.capabilities.split
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,7 @@ class _Planner:
     load: Mapping[str, int]
     prompt_tokens: int
     strict: bool
+    needs: Needs = field(default_factory=Needs)
     attempts: list[Attempt] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -134,9 +140,23 @@ class _Planner:
         engine = self.traits.engine
         return {name: dev for name, dev in self.devices.items() if engine in dev.engines}
 
-    def start(self, model: str, traits: ModelTraits, prefix: str) -> None:
+    # Candidates left out because their engine cannot honour the request: (model, engine,
+    # the request fields it cannot honour).
+    incapable: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
+
+    def start(self, model: str, traits: ModelTraits, prefix: str) -> bool:
+        """Take the next candidate; False (and left out, with why) when its engine cannot
+        honour what the request asks."""
         self.model, self.traits, self.prefix = model, traits, prefix
         self.unplaced = False
+        missing = self.needs.missing(traits.capabilities)
+        if missing:
+            self.incapable.append((model, traits.engine, missing))
+            asked = " and ".join(missing)
+            self.leave_out(
+                "any device", f"engine {traits.engine!r} cannot honour {asked}", "capability"
+            )
+        return not missing
 
     def add(self, prefill: str, decode: str, reason: str) -> None:
         usable = self.usable
@@ -186,29 +206,58 @@ def plan_route(
     can_split: bool = True,
     models: Mapping[str, ModelTraits] | None = None,
     strict_privacy: bool = False,
+    needs: Needs | None = None,
 ) -> Plan:
-    """Order the attempts for one request; raise 503 when no allowed device can serve it.
+    """Order the attempts for one request; raise 503 when no allowed device can serve it, 400
+    when no attempt's engine can honour what it asks (`needs`).
 
-    `engine`/`can_split` describe the route's own model; `models` the fallback entries' ones.
-    `strict_privacy` (ZEST_PRIVACY=strict) leaves every remote attempt out.
+    `engine`/`can_split` describe the route's own model unless `models` has it; `models` the
+    fallback entries' ones. `strict_privacy` (ZEST_PRIVACY=strict) leaves every remote
+    attempt out.
     """
-    traits = {**(models or {}), route.model: ModelTraits(engine, can_split)}
+    own = ModelTraits(engine, Capabilities(split=can_split))
+    traits = {route.model: own, **(models or {})}
     p = _Planner(
-        task, route, devices, describe_devices(devices), load or {}, prompt_tokens, strict_privacy
+        task,
+        route,
+        devices,
+        describe_devices(devices),
+        load or {},
+        prompt_tokens,
+        strict_privacy,
+        needs or Needs(),
     )
-    p.start(route.model, traits[route.model], "")
-    if _place_remote(p) is None:
+    if p.start(route.model, traits[route.model], "") and _place_remote(p) is None:
         _place_local(p, route.device)
         _plan_cpu_fallback(p)
     for number, entry in enumerate(route.fallback, 1):
-        p.start(entry.model, traits[entry.model], f"fallback {number} ({entry.model}): ")
-        if _place_remote(p) is None:
+        prefix = f"fallback {number} ({entry.model}): "
+        if p.start(entry.model, traits[entry.model], prefix) and _place_remote(p) is None:
             _place_local(p, entry.device or "auto")
             if p.unplaced:
                 _substitute_cpu(p, entry.device or "auto")
     if not p.attempts:
-        raise _no_device_error(p)
+        raise _no_attempt_error(p)
     return Plan(task, route, tuple(p.attempts), tuple(p.removed), p.found)
+
+
+def _no_attempt_error(p: _Planner) -> BadRequestError | DeviceUnavailableError:
+    """Every candidate lacking a capability the request asks for is the client's to change
+    (400); otherwise the devices are the reason (503)."""
+    candidates = 1 + len(p.route.fallback)
+    if len(p.incapable) < candidates:
+        return _no_device_error(p)
+    asked = dict.fromkeys(field for _, _, missing in p.incapable for field in missing)
+    lacking = "; ".join(
+        f"{model} ({engine}) cannot honour {' and '.join(missing)}"
+        for model, engine, missing in p.incapable
+    )
+    return BadRequestError(
+        f"task {p.task!r} has no attempt that can honour {' and '.join(asked)}: {lacking}: "
+        f"remove {' and '.join(asked)} from the request, or route the task to a model whose "
+        "engine honours it (README, Engines and their capabilities)",
+        param=next(iter(asked)),
+    )
 
 
 def _place_remote(p: _Planner) -> bool | None:

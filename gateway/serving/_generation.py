@@ -43,7 +43,15 @@ from zest.policies import (
     plan_budget,
     prompt_limit,
 )
-from zest.router import Attempt, LoadedRoutes, Plan, ResponseFormat, RouteConfig, find_route
+from zest.router import (
+    Attempt,
+    LoadedRoutes,
+    Needs,
+    Plan,
+    ResponseFormat,
+    RouteConfig,
+    find_route,
+)
 
 __all__ = ["Generation", "build_prompt", "start_generation"]
 
@@ -133,7 +141,8 @@ async def start_generation(
     asked = build_prompt(route, kind, messages, prompt, tools, suffix=suffix)
     deadline = Deadline.start(name, route.timeouts)
     counted = await runtime.count_prompt(routes, route.model, asked)
-    plan = runtime.plan(routes, name, route, prompt_tokens=counted)
+    needs = _needs(route, body, tools, suffix)
+    plan = runtime.plan(routes, name, route, prompt_tokens=counted, needs=needs)
     walk = _Walk(runtime, routes, plan, asked, body, request_id, deadline, events, tools)
     activity = runtime.drain.track()  # a shutdown's grace covers the wait for the first token
     try:
@@ -232,6 +241,21 @@ class _Walk:
             self.plan.task,
             attempt.model,
             attempt.device,
+def _needs(
+    route: RouteConfig, body: SamplingFields, tools: ToolUse | None, suffix: str | None
+) -> Needs:
+    """What the request asks of the engine that serves it: the planner leaves out attempts
+    whose engine cannot honour it, instead of one refusing it mid-walk."""
+    return Needs(
+        logprobs=body.logprob_count() is not None,
+        logit_bias=bool(body.biases()),
+        structured_output=_response_format(route, body) is not None,
+        tools=tools is not None,
+        fill_in_middle=suffix is not None,
+        multiple_choices=body.n > 1,
+    )
+
+
             kind,
         )
         self.events.fell_back(kind)

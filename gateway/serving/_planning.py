@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zest.engines import engine_kind
-from zest.router import Device, ModelTraits, Plan, RouteConfig, RoutesFile, plan_route
+from zest.router import Device, ModelTraits, Needs, Plan, RouteConfig, RoutesFile, plan_route
 
 __all__ = ["plan_for"]
 
@@ -20,10 +20,12 @@ def plan_for(
     prompt_tokens: int,
     load: Mapping[str, int] | None,
     strict_privacy: bool,
+    needs: Needs | None = None,
 ) -> Plan:
-    """The plan of one request, with every model's engine traits (the chain's included)."""
+    """The plan of one request, with every model's engine traits (the chain's included):
+    attempts whose engine cannot honour what the request `needs` are left out."""
     traits = {
-        model_id: ModelTraits(model.engine, engine_kind(model.engine).supports_split)
+        model_id: ModelTraits(model.engine, engine_kind(model.engine).capabilities)
         for model_id, model in routes.models.items()
     }
     own = traits[route.model]
@@ -37,4 +39,5 @@ def plan_for(
         prompt_tokens=prompt_tokens,
         models=traits,
         strict_privacy=strict_privacy,
+        needs=needs,
     )

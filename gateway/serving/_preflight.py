@@ -179,7 +179,9 @@ def _speculation_problems(routes: LoadedRoutes, task: str, route: RouteConfig) -
     """Speculation is asked of the route's own model: its engine must do it (a fallback that
     does not just decodes a token a step: the answer is the same)."""
     model = routes.config.models.get(route.model)
-    if route.speculative is None or model is None or engine_kind(model.engine).speculates:
+    if route.speculative is None or model is None:
+        return []
+    if engine_kind(model.engine).capabilities.speculation:
         return []
     return [
         f"routes.{task}.speculative: model {route.model!r} runs on engine {model.engine!r}, "

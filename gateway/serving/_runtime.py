@@ -31,7 +31,7 @@ from zest.errors import RequestError, ServiceUnavailableError
 from zest.gateway.serving._drain import Drain
 from zest.gateway.serving._planning import plan_for
 from zest.gateway.serving._tokens import Tokens
-from zest.router import Device, LoadedRoutes, Placement, Plan, RouteConfig
+from zest.router import Device, LoadedRoutes, Needs, Placement, Plan, RouteConfig
 
 __all__ = ["PreloadTarget", "Runtime", "Staged"]
 
@@ -183,7 +183,14 @@ class Runtime:
             return None
         return ModelPolicy(keep_alive=model.keep_alive, pinned=model.pinned)
 
-    def plan(self, routes: LoadedRoutes, task: str, route: RouteConfig, prompt_tokens: int) -> Plan:
+    def plan(
+        self,
+        routes: LoadedRoutes,
+        task: str,
+        route: RouteConfig,
+        prompt_tokens: int,
+        needs: Needs | None = None,
+    ) -> Plan:
         return plan_for(
             routes.config,
             self.devices,
@@ -248,6 +255,7 @@ class Runtime:
         return Placement(device, device)
 
     def preload_targets(self, routes: LoadedRoutes) -> list[PreloadTarget]:
+            needs=needs,
         """`lifecycle.preload: routes`: each route's first attempt (fatal when the route has
         no fallback); a list: those models, where their routes first place them."""
         config = routes.config

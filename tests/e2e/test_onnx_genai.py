@@ -139,10 +139,35 @@ def test_tool_calls_on_onnx_genai_follow_the_tools_schema(client: openai.OpenAI)
 
 
 def test_logit_bias_is_refused_on_onnx_genai_naming_the_way_out(client: openai.OpenAI) -> None:
-    """onnxruntime-genai has no logit bias: a field that would change the answer is a 400."""
+    """onnxruntime-genai has no logit bias, and the route has no other attempt: a field that
+    would change the answer is a 400 from the planner, naming the attempt that lacks it."""
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(
             model="chat", messages=QUESTION, max_tokens=4, logit_bias={"42": -100}
         )
     assert refused.value.param == "logit_bias"
-    assert "route the task to a llamacpp model" in refused.value.message
+    assert refused.value.message == (
+        "task 'chat' has no attempt that can honour logit_bias: smollm2-onnx (onnx-genai) "
+        "cannot honour logit_bias: remove logit_bias from the request, or route the task to a "
+        "model whose engine honours it (README, Engines and their capabilities)"
+    )
+
+
+def test_an_attempt_that_cannot_give_logprobs_is_skipped_for_one_that_can(
+    client: openai.OpenAI,
+) -> None:
+    """The same request gets the same answer whichever attempt it would reach: the planner
+    skips onnx-genai (no log probabilities) for the llama.cpp fallback, and says so."""
+    raw = client.chat.completions.with_raw_response.create(
+        model="chat-either", messages=QUESTION, max_tokens=4, logprobs=True, temperature=0
+    )
+    reply = raw.parse()
+    assert "model=smollm2-gguf;" in raw.headers["x-zest-route"]
+    assert reply.choices[0].logprobs is not None
+    assert raw.headers["x-zest-fallbacks"].startswith(
+        "smollm2-onnx on any device: capability: engine 'onnx-genai' cannot honour logprobs"
+    )
+    plain = client.chat.completions.with_raw_response.create(
+        model="chat-either", messages=QUESTION, max_tokens=4, temperature=0
+    )
+    assert "model=smollm2-onnx;" in plain.headers["x-zest-route"]

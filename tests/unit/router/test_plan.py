@@ -12,8 +12,10 @@ from zest.errors import (
 )
 from zest.router import (
     REMOTE_DEVICE,
+    Capabilities,
     Device,
     ModelTraits,
+    Needs,
     Plan,
     RouteConfig,
     find_route,
@@ -225,8 +227,8 @@ def test_models_are_addressable_only_when_exposed() -> None:
 # --- fallback chains, remote models, strict privacy --------------------------------------------
 
 TRAITS = {
-    "small": ModelTraits("llamacpp", can_split=True),
-    "tiny": ModelTraits("llamacpp", can_split=True),
+    "small": ModelTraits("llamacpp", Capabilities(split=True)),
+    "tiny": ModelTraits("llamacpp", Capabilities(split=True)),
     "upstream": ModelTraits("remote"),
 }
 
@@ -406,3 +408,61 @@ def test_a_remote_model_is_reachable_by_id_only_when_exposed_explicitly() -> Non
     )
     everything = parse_routes(EXPOSED.replace("EXPOSE", "all"), "routes.yaml")
     assert find_route("upstream", "chat", everything).privacy == "allow_remote"
+
+
+# --- capabilities: an attempt whose engine cannot honour the request is left out ----------------
+
+FULL = Capabilities(logprobs=True, logit_bias=True, structured_output=True, tools=True)
+ABLE = {
+    "small": ModelTraits("onnx-genai", Capabilities(structured_output=True, tools=True)),
+    "tiny": ModelTraits("llamacpp", FULL),
+    "upstream": ModelTraits("remote", Capabilities(structured_output=True, tools=True)),
+}
+
+
+CPU_ALL = Device("cpu", frozenset({"llamacpp", "onnx-genai"}), "/proc/cpuinfo")
+
+
+def capable_chain(r: RouteConfig, needs: Needs) -> Plan:
+    found = devices(CPU_ALL)
+    return plan_route("t", r, engine="onnx-genai", devices=found, models=ABLE, needs=needs)
+
+
+def test_an_attempt_that_cannot_give_logprobs_is_left_out_with_its_reason() -> None:
+    r = route(device="cpu", fallback=[{"model": "tiny", "device": "cpu"}])
+    result = capable_chain(r, Needs(logprobs=True))
+    assert [(a.model, a.device) for a in result.attempts] == [("tiny", "cpu")]
+    assert result.removed == ("any device: engine 'onnx-genai' cannot honour logprobs",)
+    assert result.first.skipped == (
+        "small on any device: capability: engine 'onnx-genai' cannot honour logprobs",
+    )
+
+
+def test_the_same_request_without_the_need_keeps_every_attempt() -> None:
+    r = route(device="cpu", fallback=[{"model": "tiny", "device": "cpu"}])
+    assert [a.model for a in capable_chain(r, Needs()).attempts] == ["small", "tiny"]
+
+
+def test_no_attempt_able_to_honour_the_request_is_a_400_naming_each() -> None:
+    r = route(device="cpu", privacy="allow_remote", fallback=[{"model": "upstream"}])
+    with pytest.raises(BadRequestError) as caught:
+        capable_chain(r, Needs(logprobs=True, logit_bias=True))
+    assert caught.value.param == "logprobs"
+    assert caught.value.message == (
+        "task 't' has no attempt that can honour logprobs and logit_bias: small (onnx-genai) "
+        "cannot honour logprobs and logit_bias; upstream (remote) cannot honour logprobs and "
+        "logit_bias: remove logprobs and logit_bias from the request, or route the task to a "
+        "model whose engine honours it (README, Engines and their capabilities)"
+    )
+
+
+def test_a_capable_attempt_lost_to_its_device_is_still_a_503() -> None:
+    r = route(device="cpu", fallback=[{"model": "tiny", "device": "gpu"}], allow_cpu=False)
+    with pytest.raises(DeviceUnavailableError):
+        capable_chain(r, Needs(logprobs=True))
+
+
+def test_needs_name_the_request_fields_that_ask() -> None:
+    needs = Needs(structured_output=True, fill_in_middle=True, multiple_choices=True)
+    assert needs.missing(Capabilities()) == ("response_format", "suffix", "n")
+    assert needs.missing(Capabilities(structured_output=True)) == ("suffix", "n")
