@@ -4,6 +4,15 @@ Pure apart from reading the file: no engines, no network.
 """
 
 from zest.router._capabilities import Capabilities, Needs
+from zest.router._decide import (
+    Decision,
+    ModelResult,
+    Pending,
+    RouteInput,
+    TraceEntry,
+    ascii_fold,
+    decide,
+)
 from zest.router._load import LoadedRoutes, load_routes, parse_routes
 from zest.router._placement import (
     DEVICE_ORDER,
@@ -14,6 +23,15 @@ from zest.router._placement import (
     parse_device,
 )
 from zest.router._plan import STRICT_REASON, Attempt, ModelTraits, Plan, find_route, plan_route
+from zest.router._rules import (
+    Classify,
+    Condition,
+    MetadataMatch,
+    QueuedOver,
+    Rule,
+    SimilarTo,
+    compile_regex,
+)
 from zest.router._schema import (
     DEVICES,
     ENGINE_MODELS,
@@ -61,7 +79,10 @@ __all__ = [
     "Attempt",
     "BoundedJsonSchema",
     "Capabilities",
+    "Classify",
+    "Condition",
     "ContextPolicy",
+    "Decision",
     "Device",
     "Example",
     "FallbackEntry",
@@ -70,24 +91,35 @@ __all__ = [
     "LlamaCppModel",
     "LlamaCppOptions",
     "LoadedRoutes",
+    "MetadataMatch",
     "ModelConfig",
+    "ModelResult",
     "ModelTraits",
     "Needs",
     "OnnxGenaiModel",
     "OnnxGenaiOptions",
+    "Pending",
     "Placement",
     "Plan",
+    "QueuedOver",
     "RemoteModel",
     "RemoteTimeouts",
     "ResponseFormat",
     "RouteConfig",
+    "RouteInput",
     "RouteTimeouts",
     "RoutesFile",
+    "Rule",
     "Sampling",
     "SchemaLimits",
+    "SimilarTo",
     "Slo",
     "Speculation",
+    "TraceEntry",
+    "ascii_fold",
     "check_json_schema",
+    "compile_regex",
+    "decide",
     "describe_devices",
     "find_route",
     "format_duration",

@@ -14,6 +14,7 @@ from pydantic_core import ErrorDetails
 
 from zest.errors import ConfigError
 from zest.router._placement import parse_device
+from zest.router._rules_check import file_phrase_problems, rule_problems
 from zest.router._schema import ENGINE_MODELS, ENGINES, LlamaCppModel, RouteConfig, RoutesFile
 from zest.router._yaml import read_routes_file, safe_yaml
 
@@ -91,7 +92,8 @@ def _cross_reference_problems(config: RoutesFile) -> list[str]:
     problems: list[str] = []
     for task, route in config.routes.items():
         problems += _route_problems(config, f"routes.{task}", route)
-    return problems + _preload_problems(config)
+        problems += rule_problems(config, task, route)
+    return problems + file_phrase_problems(config) + _preload_problems(config)
 
 
 def _preload_problems(config: RoutesFile) -> list[str]:

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from zest.errors import shown
+from zest.router._rules import Rule
 from zest.router._schema_limits import BoundedJsonSchema
 
 __all__ = [
@@ -502,6 +503,11 @@ class RouteConfig(_Strict):
     speculative: Speculation | None = None
     # Latency objectives (None: the file's top-level slo, if any); README, "SLOs and alerts".
     slo: Slo | None = None
+    # Routing by content (README, "Routing by content"): tried top to bottom, first match
+    # sends the request to its route; none: this route serves it.
+    rules: tuple[Rule, ...] = ()
+    # similar_to's labels: reference phrases per label (over the file's, for this route).
+    phrases: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
     @field_validator("device")
     @classmethod
@@ -559,6 +565,8 @@ class RoutesFile(_Strict):
     lifecycle: Lifecycle = Lifecycle()
     # The slo of every chat and completion route that declares none.
     slo: Slo | None = None
+    # similar_to's labels for every route: reference phrases per label.
+    phrases: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     models: dict[str, ModelConfig]
     routes: dict[str, RouteConfig]
 

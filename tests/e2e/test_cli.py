@@ -58,8 +58,8 @@ def test_check_lists_every_error_and_exits_1(tmp_path: Path) -> None:
         f"{bad}: routes.chat.devcie: unknown key 'devcie': did you mean 'device'? "
         "(allowed: allow_cpu, context, description, device, examples, fallback, "
         "hybrid_min_prompt_tokens, "
-        "kind, max_tokens, model, on_failure, priority, privacy, response_format, sampling, slo, "
-        "speculative, system_prompt, timeouts, tools)",
+        "kind, max_tokens, model, on_failure, phrases, priority, privacy, response_format, rules, "
+        "sampling, slo, speculative, system_prompt, timeouts, tools)",
     ]
 
 

@@ -47,8 +47,8 @@ def test_a_misspelt_route_key_suggests_the_right_one() -> None:
         "routes.yaml: routes.chat.devcie: unknown key 'devcie': did you mean 'device'? "
         "(allowed: allow_cpu, context, description, device, examples, fallback, "
         "hybrid_min_prompt_tokens, "
-        "kind, max_tokens, model, on_failure, priority, privacy, response_format, sampling, slo, "
-        "speculative, system_prompt, timeouts, tools)"
+        "kind, max_tokens, model, on_failure, phrases, priority, privacy, response_format, rules, "
+        "sampling, slo, speculative, system_prompt, timeouts, tools)"
     ]
 
 

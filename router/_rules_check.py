@@ -1,0 +1,157 @@
+"""Rules against the rest of routes.yaml: every route a rule names exists and fits, every
+similar_to label has phrases. Problems refuse the file (file, key path, fix); warnings are what
+`zest check` says of a file that loads (a target's own rules, a target that would send data out).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping
+
+from zest.router._rules import Classify, Condition, Rule, SimilarTo
+from zest.router._schema import RouteConfig, RoutesFile
+
+__all__ = [
+    "file_phrase_problems",
+    "phrases_of",
+    "rule_problems",
+    "rule_warnings",
+    "walk_conditions",
+]
+
+
+def walk_conditions(condition: Condition, at: str) -> Iterator[tuple[Condition, str]]:
+    """Every condition of a tree, with its key path."""
+    yield condition, at
+    for kind in ("any", "all"):
+        for number, child in enumerate(getattr(condition, kind) or ()):
+            yield from walk_conditions(child, f"{at}.{kind}.{number}")
+    if condition.not_ is not None:
+        yield from walk_conditions(condition.not_, f"{at}.not")
+
+
+def phrases_of(config: RoutesFile, route: RouteConfig) -> dict[str, tuple[str, ...]]:
+    """The similar_to labels a route's rules may name: the file's, the route's over them."""
+    return {**config.phrases, **route.phrases}
+
+
+def rule_problems(config: RoutesFile, task: str, route: RouteConfig) -> list[str]:
+    where = f"routes.{task}"
+    problems = _phrase_problems(f"{where}.phrases", route.phrases)
+    if route.rules and route.kind == "embedding":
+        return [*problems, f"{where}.rules: an embedding route routes nothing: remove rules"]
+    seen: set[str] = set()
+    for number, rule in enumerate(route.rules):
+        at = f"{where}.rules.{number}"
+        if rule.id in seen:
+            problems.append(f"{at}.id: {rule.id!r} is used by an earlier rule: ids are unique")
+        seen.add(rule.id)
+        problems += _target_problems(config, task, route, rule, at)
+        for condition, path in walk_conditions(rule.when, f"{at}.when"):
+            problems += _condition_problems(config, route, condition, path)
+    return problems
+
+
+def rule_warnings(config: RoutesFile) -> list[str]:
+    warnings = []
+    for task, route in config.routes.items():
+        for number, rule in enumerate(route.rules):
+            target = config.routes.get(rule.to)
+            at = f"routes.{task}.rules.{number}.to"
+            if target is None:
+                continue
+            if target.rules:
+                warnings.append(
+                    f"{at}: route {rule.to!r} has rules of its own, which a request routed "
+                    f"here by {task!r} does not follow (one hop)"
+                )
+            if route.privacy == "local_only" and target.privacy == "allow_remote":
+                warnings.append(
+                    f"{at}: route {rule.to!r} allows remote attempts, but {task!r} is "
+                    "local_only: requests it sends there keep local_only, so those attempts "
+                    "are skipped for them"
+                )
+    return warnings
+
+
+def _target_problems(
+    config: RoutesFile, task: str, route: RouteConfig, rule: Rule, at: str
+) -> list[str]:
+    target = config.routes.get(rule.to)
+    if target is None:
+        return [f"{at}.to: unknown route {rule.to!r}{_did_you_mean(rule.to, config.routes)}"]
+    if rule.to == task:
+        return [f"{at}.to: a rule of {task!r} sends requests to {task!r} itself: remove it"]
+    if target.kind != route.kind:
+        return [
+            f"{at}.to: route {rule.to!r} is a {target.kind} route and {task!r} a {route.kind} "
+            "one: a rule sends requests to a route of the same kind"
+        ]
+    return []
+
+
+def _condition_problems(
+    config: RoutesFile, route: RouteConfig, condition: Condition, at: str
+) -> list[str]:
+    problems = []
+    if condition.queued_over is not None and condition.queued_over.route not in config.routes:
+        name = condition.queued_over.route
+        problems.append(
+            f"{at}.queued_over.route: unknown route {name!r}{_did_you_mean(name, config.routes)}"
+        )
+    if condition.similar_to is not None:
+        problems += _similar_problems(config, route, condition.similar_to, f"{at}.similar_to")
+    if condition.classify is not None:
+        problems += _classify_problems(config, condition.classify, f"{at}.classify")
+    return problems
+
+
+def _similar_problems(
+    config: RoutesFile, route: RouteConfig, similar: SimilarTo, at: str
+) -> list[str]:
+    problems = _via_problems(config, similar.via, at, ("embedding",))
+    labels = phrases_of(config, route)
+    if similar.label not in labels:
+        known = ", ".join(sorted(labels)) or "none"
+        problems.append(
+            f"{at}.label: no phrases for label {similar.label!r} (labels with phrases: "
+            f"{known}): declare them under phrases: {{{similar.label}: [...]}}"
+        )
+    return problems
+
+
+def _classify_problems(config: RoutesFile, classify: Classify, at: str) -> list[str]:
+    return _via_problems(config, classify.via, at, ("chat", "completion"))
+
+
+def _via_problems(config: RoutesFile, via: str, at: str, kinds: tuple[str, ...]) -> list[str]:
+    target = config.routes.get(via)
+    if target is None:
+        return [f"{at}.via: unknown route {via!r}{_did_you_mean(via, config.routes)}"]
+    if target.kind not in kinds:
+        return [
+            f"{at}.via: route {via!r} is a {target.kind} route: this condition needs a "
+            f"{' or '.join(kinds)} route"
+        ]
+    if target.rules:
+        return [f"{at}.via: route {via!r} has rules: a condition's route must not route on"]
+    return []
+
+
+def file_phrase_problems(config: RoutesFile) -> list[str]:
+    return _phrase_problems("phrases", config.phrases)
+
+
+def _phrase_problems(where: str, table: dict[str, tuple[str, ...]]) -> list[str]:
+    return [
+        f"{where}.{label}: give the label at least one non-empty phrase"
+        for label, phrases in table.items()
+        if not phrases or any(not p.strip() for p in phrases)
+    ]
+
+
+def _did_you_mean(name: str, known: Mapping[str, object]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    if close:
+        return f": did you mean {close[0]!r}?"
+    return f" (known: {', '.join(sorted(known))})"

@@ -1,0 +1,291 @@
+"""The routing decision's semantics, one test per line of README's table (Lemonade's, so a
+policy moved from there behaves the same), the combinators, and model-backed conditions
+resolved lazily by the caller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from zest.router import (
+    Classify,
+    Decision,
+    ModelResult,
+    Pending,
+    RouteInput,
+    Rule,
+    SimilarTo,
+    decide,
+)
+
+
+def rule(when: dict[str, Any], to: str = "other", id: str = "r", **extra: Any) -> Rule:
+    return Rule.model_validate({"id": id, "when": when, "to": to, **extra})
+
+
+def holds(when: dict[str, Any], given: RouteInput | str) -> bool:
+    given = RouteInput(given) if isinstance(given, str) else given
+    decision = decide("task", [rule(when)], given)
+    assert isinstance(decision, Decision)
+    return decision.matched_rule == "r"
+
+
+# --- keywords: substrings, ASCII letters case-folded only ----------------------------------
+
+
+def test_keywords_any_is_a_substring_match_folding_ascii_case() -> None:
+    assert holds({"keywords_any": ["STACK trace", "zzz"]}, "here is my Stack Trace:")
+    assert holds({"keywords_any": ["def "]}, "x = 1\ndef f(): pass")
+    assert not holds({"keywords_any": ["def "]}, "undefined")
+
+
+def test_keywords_fold_ascii_only() -> None:
+    assert not holds({"keywords_any": ["é"]}, "CAFÉ")
+    assert holds({"keywords_any": ["É"]}, "CAFÉ")
+
+
+def test_keywords_all_needs_every_keyword() -> None:
+    assert holds({"keywords_all": ["error", "python"]}, "Python raised an ERROR")
+    assert not holds({"keywords_all": ["error", "python"]}, "Python is fine")
+
+
+# --- regex: RE2, searched anywhere, case-sensitive --------------------------------------------
+
+
+def test_regex_is_searched_anywhere_and_case_sensitive() -> None:
+    assert holds({"regex": r"\bTODO\b"}, "fix: TODO later")
+    assert not holds({"regex": r"\bTODO\b"}, "fix: todo later")
+
+
+def test_a_pattern_re2_cannot_run_is_refused_naming_the_construct() -> None:
+    with pytest.raises(ValidationError, match=r"regex '\(a\)\\\\1' is not one RE2 runs"):
+        rule({"regex": r"(a)\1"})
+    with pytest.raises(ValidationError, match="invalid perl operator"):
+        rule({"regex": r"(?=a)b"})
+
+
+def test_a_catastrophic_pattern_runs_in_linear_time() -> None:
+    assert not holds({"regex": r"^(a+)+$"}, "a" * 50_000 + "b")
+
+
+def test_regex_takes_a_lone_surrogate() -> None:
+    assert holds({"regex": "b$"}, "a\udc00b")
+
+
+# --- lengths: UTF-8 bytes, inclusive; prompt tokens as the model counts them -------------------
+
+
+def test_chars_are_utf8_bytes_inclusive() -> None:
+    assert holds({"min_chars": 4}, "éé")  # 2 characters, 4 bytes
+    assert not holds({"min_chars": 5}, "éé")
+    assert holds({"max_chars": 4}, "éé")
+    assert not holds({"max_chars": 3}, "éé")
+
+
+def test_prompt_tokens_are_counted_lazily_and_once() -> None:
+    calls = []
+
+    def count() -> int:
+        calls.append(1)
+        return 3000
+
+    given = RouteInput("x", prompt_tokens=count)
+    rules = [rule({"min_prompt_tokens": 3001}, id="a"), rule({"max_prompt_tokens": 3000}, id="b")]
+    decision = decide("task", rules, given)
+    assert isinstance(decision, Decision)
+    assert decision.matched_rule == "b"
+    assert calls == [1]
+    untouched: list[int] = []
+    decide("task", [rule({"keywords_any": ["y"]})], RouteInput("x", prompt_tokens=untouched.pop))
+
+
+# --- tools and images ------------------------------------------------------------------------
+
+
+def test_has_tools_true_and_false() -> None:
+    assert holds({"has_tools": True}, RouteInput("x", has_tools=True))
+    assert holds({"has_tools": False}, RouteInput("x", has_tools=False))
+    assert not holds({"has_tools": False}, RouteInput("x", has_tools=True))
+
+
+def test_has_images() -> None:
+    assert holds({"has_images": True}, RouteInput("x", has_images=True))
+    assert not holds({"has_images": True}, RouteInput("x"))
+
+
+# --- metadata ------------------------------------------------------------------------------
+
+
+def meta(**values: Any) -> RouteInput:
+    return RouteInput("x", metadata=values)
+
+
+def test_metadata_equals_is_exact_and_case_sensitive() -> None:
+    when = {"metadata": {"key": "consent", "equals": "denied"}}
+    assert holds(when, meta(consent="denied"))
+    assert not holds(when, meta(consent="Denied"))
+    assert not holds(when, meta(consent="denied "))
+
+
+def test_metadata_any_matches_the_value_or_one_of_its_comma_tokens() -> None:
+    when = {"metadata": {"key": "team", "any": ["ml", "infra"]}}
+    assert holds(when, meta(team="ml"))
+    assert holds(when, meta(team="web, infra"))
+    assert not holds(when, meta(team="web,mobile"))
+
+
+def test_metadata_exists() -> None:
+    assert holds({"metadata": {"key": "k", "exists": True}}, meta(k="v"))
+    assert holds({"metadata": {"key": "k", "exists": False}}, meta())
+    assert not holds({"metadata": {"key": "k", "exists": False}}, meta(k="v"))
+
+
+def test_an_empty_or_blank_metadata_value_counts_as_absent() -> None:
+    assert holds({"metadata": {"key": "k", "exists": False}}, meta(k="  "))
+    assert not holds({"metadata": {"key": "k", "equals": ""}}, meta(k=""))
+
+
+def test_a_metadata_match_takes_exactly_one_test() -> None:
+    with pytest.raises(ValidationError, match="needs exactly one of equals, any, exists"):
+        rule({"metadata": {"key": "k", "equals": "a", "exists": True}})
+
+
+# --- combinators -------------------------------------------------------------------------------
+
+
+def test_several_keys_are_an_implicit_all() -> None:
+    when = {"keywords_any": ["code"], "max_chars": 10}
+    assert holds(when, "code")
+    assert not holds(when, "code" * 10)
+
+
+def test_any_all_not() -> None:
+    assert holds({"any": [{"keywords_any": ["a"]}, {"keywords_any": ["b"]}]}, "b")
+    assert not holds({"all": [{"keywords_any": ["a"]}, {"keywords_any": ["b"]}]}, "b")
+    assert holds({"not": {"keywords_any": ["a"]}}, "b")
+
+
+def test_any_and_all_stop_at_the_first_child_that_decides() -> None:
+    given = RouteInput("abc")
+    decision = decide(
+        "task",
+        [rule({"any": [{"keywords_any": ["a"]}, {"keywords_any": ["z"]}]})],
+        given,
+    )
+    assert isinstance(decision, Decision)
+    assert [e.condition for e in decision.trace] == ['keywords_any: ["a"]']
+    decision = decide(
+        "task",
+        [rule({"all": [{"keywords_any": ["z"]}, {"keywords_any": ["a"]}]})],
+        given,
+    )
+    assert isinstance(decision, Decision)
+    assert [e.condition for e in decision.trace] == ['keywords_any: ["z"]']
+
+
+def test_an_empty_condition_is_refused() -> None:
+    with pytest.raises(ValidationError, match="an empty condition"):
+        rule({})
+
+
+# --- the decision ----------------------------------------------------------------------------
+
+
+def test_the_first_matching_rule_wins_and_copies_its_outputs() -> None:
+    rules = [
+        rule({"keywords_any": ["x"]}, to="one", id="first", outputs={"reason": "x"}),
+        rule({"keywords_any": ["x"]}, to="two", id="second"),
+    ]
+    decision = decide("task", rules, RouteInput("x"))
+    assert isinstance(decision, Decision)
+    assert decision.as_dict() == {
+        "route_to": "one",
+        "matched_rule": "first",
+        "default_used": False,
+        "outputs": {"reason": "x"},
+    }
+    assert decision.rule_label == "first"
+
+
+def test_no_matching_rule_is_served_by_the_route_itself() -> None:
+    decision = decide("task", [rule({"keywords_any": ["x"]})], RouteInput("y"))
+    assert isinstance(decision, Decision)
+    assert decision.as_dict(with_trace=True) == {
+        "route_to": "task",
+        "matched_rule": None,
+        "default_used": True,
+        "outputs": {},
+        "trace": [{"condition": 'keywords_any: ["x"]', "result": False}],
+    }
+    assert decision.rule_label == "default"
+
+
+def test_queued_over_reads_the_waiting_requests_of_a_route() -> None:
+    when = {"queued_over": {"route": "chat", "requests": 2}}
+    assert holds(when, RouteInput("x", waiting=lambda route: 3 if route == "chat" else 0))
+    assert not holds(when, RouteInput("x", waiting=lambda route: 2))
+
+
+# --- model-backed conditions: resolved by the caller, only when reached ----------------------
+
+SIMILAR = {"similar_to": {"via": "embed", "label": "code", "min_score": 0.6}}
+CLASSIFY = {
+    "classify": {
+        "via": "classifier",
+        "labels": ["code", "other"],
+        "prompt": "Is this about code?",
+        "label": "code",
+        "on_error": "default_label",
+        "default_label": "other",
+    }
+}
+
+
+def test_a_model_backed_condition_is_pending_until_its_result_is_given() -> None:
+    rules = [rule(SIMILAR)]
+    pending = decide("task", rules, RouteInput("def f(): pass"))
+    assert isinstance(pending, Pending)
+    assert isinstance(pending.condition, SimilarTo)
+    results = {pending.condition: ModelResult(score=0.71, cached=True)}
+    decision = decide("task", rules, RouteInput("def f(): pass"), results)
+    assert isinstance(decision, Decision)
+    assert decision.matched_rule == "r"
+    assert decision.trace[0].as_dict() == {
+        "condition": 'similar_to: {"via": "embed", "label": "code", "min_score": 0.6}',
+        "result": True,
+        "score": 0.71,
+        "cached": True,
+    }
+
+
+def test_a_model_backed_condition_is_not_reached_when_a_cheaper_one_fails() -> None:
+    rules = [rule({"keywords_any": ["def"], **SIMILAR})]
+    decision = decide("task", rules, RouteInput("hello"))
+    assert isinstance(decision, Decision)
+    assert decision.default_used
+
+
+def test_a_similarity_below_the_threshold_or_failed_does_not_match() -> None:
+    condition = SimilarTo.model_validate(SIMILAR["similar_to"])
+    for found in (ModelResult(score=0.59), ModelResult(error="timed out after 2 s")):
+        decision = decide("task", [rule(SIMILAR)], RouteInput("x"), {condition: found})
+        assert isinstance(decision, Decision)
+        assert decision.default_used
+
+
+def test_classify_matches_its_label_and_an_error_takes_the_default_label() -> None:
+    condition = Classify.model_validate(CLASSIFY["classify"])
+    picked = decide("t", [rule(CLASSIFY)], RouteInput("x"), {condition: ModelResult(label="code")})
+    assert isinstance(picked, Decision)
+    assert picked.matched_rule == "r"
+    failed = decide("t", [rule(CLASSIFY)], RouteInput("x"), {condition: ModelResult(error="e")})
+    assert isinstance(failed, Decision)
+    assert failed.default_used
+    assert failed.trace[0].label == "other"
+
+
+def test_classify_labels_are_checked_at_load() -> None:
+    with pytest.raises(ValidationError, match="label 'cod' is not among labels"):
+        rule({"classify": {**CLASSIFY["classify"], "label": "cod"}})

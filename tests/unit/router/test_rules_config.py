@@ -1,0 +1,130 @@
+"""Rules in routes.yaml, checked at load: each mistake names the file, the key path and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from zest.errors import ConfigError
+from zest.router import parse_routes
+from zest.router._rules_check import rule_warnings
+
+HEAD = """version: 1
+models:
+  small: {engine: llamacpp, source: /m/small.gguf}
+  emb: {engine: llamacpp, source: /m/emb.gguf, options: {embedding: true}}
+  up: {engine: remote, base_url: "http://127.0.0.1:9/v1", model: m}
+routes:
+  chat-local: {kind: chat, model: small}
+  chat-coder: {kind: chat, model: small}
+  chat-up: {kind: chat, model: up, privacy: allow_remote}
+  autocomplete: {kind: completion, model: small}
+  embed: {kind: embedding, model: emb}
+"""
+
+
+def problems(chat: str) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_routes(HEAD + chat, "routes.yaml")
+    return caught.value.problems
+
+
+def loads(chat: str) -> None:
+    parse_routes(HEAD + chat, "routes.yaml")
+
+
+GOOD = """  chat:
+    kind: chat
+    model: small
+    phrases: {code: ["fix my python error", "stack trace"]}
+    rules:
+      - id: private
+        when: {metadata: {key: consent, equals: denied}}
+        to: chat-local
+        outputs: {reason: privacy}
+      - id: code
+        when:
+          any:
+            - keywords_any: ["def ", "```"]
+            - similar_to: {via: embed, label: code, min_score: 0.6}
+        to: chat-coder
+      - id: long
+        when: {min_prompt_tokens: 3000}
+        to: chat-local
+"""
+
+
+def test_the_issue_example_loads() -> None:
+    loads(GOOD)
+
+
+def test_an_unknown_target_suggests_the_close_one() -> None:
+    chat = GOOD.replace("to: chat-coder", "to: chat-codr")
+    assert problems(chat) == [
+        "routes.yaml: routes.chat.rules.1.to: unknown route 'chat-codr': did you mean 'chat-coder'?"
+    ]
+
+
+def test_a_target_of_another_kind_is_refused() -> None:
+    chat = GOOD.replace("to: chat-coder", "to: autocomplete")
+    assert problems(chat) == [
+        "routes.yaml: routes.chat.rules.1.to: route 'autocomplete' is a completion route and "
+        "'chat' a chat one: a rule sends requests to a route of the same kind"
+    ]
+
+
+def test_similar_to_needs_an_embedding_route_and_phrases_for_its_label() -> None:
+    chat = GOOD.replace("via: embed, label: code", "via: chat-local, label: kode")
+    assert problems(chat) == [
+        "routes.yaml: routes.chat.rules.1.when.any.1.similar_to.via: route 'chat-local' is a "
+        "chat route: this condition needs a embedding route",
+        "routes.yaml: routes.chat.rules.1.when.any.1.similar_to.label: no phrases for label "
+        "'kode' (labels with phrases: code): declare them under phrases: {kode: [...]}",
+    ]
+
+
+def test_an_unknown_condition_kind_is_refused_with_a_hint() -> None:
+    chat = GOOD.replace("keywords_any:", "keyword_any:")
+    (problem,) = problems(chat)
+    assert problem.startswith("routes.yaml: routes.chat.rules.1.when.any.0.keyword_any: unknown")
+    assert "did you mean 'keywords_any'?" in problem
+
+
+def test_a_bad_regex_names_the_construct() -> None:
+    chat = GOOD.replace('keywords_any: ["def ", "```"]', 'regex: "(a)\\\\1"')
+    (problem,) = problems(chat)
+    assert "routes.chat.rules.1.when.any.0.regex" in problem
+    assert "invalid escape sequence" in problem
+
+
+def test_empty_phrases_are_refused() -> None:
+    chat = GOOD.replace(
+        'phrases: {code: ["fix my python error", "stack trace"]}', "phrases: {code: []}"
+    )
+    assert (
+        "routes.yaml: routes.chat.phrases.code: give the label at least one non-empty phrase"
+        in problems(chat)
+    )
+
+
+def test_rule_ids_are_unique() -> None:
+    chat = GOOD.replace("id: long", "id: code")
+    assert problems(chat) == [
+        "routes.yaml: routes.chat.rules.2.id: 'code' is used by an earlier rule: ids are unique"
+    ]
+
+
+def test_a_target_with_rules_and_one_that_sends_data_out_are_warned_of() -> None:
+    chat = GOOD.replace("to: chat-local\n        outputs", "to: chat-up\n        outputs")
+    chat += """  chat2:
+    kind: chat
+    model: small
+    rules: [{id: tools, when: {has_tools: true}, to: chat}]
+"""
+    config = parse_routes(HEAD + chat, "routes.yaml")
+    assert rule_warnings(config) == [
+        "routes.chat.rules.0.to: route 'chat-up' allows remote attempts, but 'chat' is "
+        "local_only: requests it sends there keep local_only, so those attempts are skipped "
+        "for them",
+        "routes.chat2.rules.0.to: route 'chat' has rules of its own, which a request routed "
+        "here by 'chat2' does not follow (one hop)",
+    ]
