@@ -8,7 +8,8 @@ At this boundary:
 - retries: a 429 or 5xx answer is retried with exponential backoff, honouring Retry-After, up to
   `retries` times and only before the first token; a Retry-After longer than
   `max_retry_wait_s` is not waited for;
-- errors: the upstream's errors become zest's (`translate_status`), foreign ones are chained;
+- errors: the upstream's errors become zest's (`translate_status`: a 429 stays a 429, a 503
+  stays a 503, each with the upstream's Retry-After), foreign ones are chained;
 - logs: never the prompt, the completion or the key.
 
 Remote models have no local tokenizer: zest budgets them with an approximate count (see
@@ -260,17 +261,26 @@ class RemoteEngine(Engine):
 
 
 def _spent(error: RequestError, attempt: int) -> RequestError:
-    if attempt and isinstance(error, OverloadedError):
+    if attempt and _unavailable(error):
         error.message += f" (after {attempt} retries)"
     return error
+
+
+def _unavailable(error: RequestError) -> bool:
+    """An upstream's 429 (overloaded) or 503 (upstream_unavailable): worth retrying later."""
+    return isinstance(error, OverloadedError) or error.code == "upstream_unavailable"
 
 
 def translate_status(status: int, body: bytes, model_id: str, config: RemoteModel) -> RequestError:
     """zest's error for an upstream's non-200 answer (its message quoted, never our prompt)."""
     message = _upstream_message(body)
     where = f"upstream {config.base_url}"
-    if status in {429, 503}:
+    if status == 429:
         return OverloadedError(f"{where} is overloaded ({status}): {message}")
+    if status == 503:  # the upstream is down, not zest's client sending too much: a 503 too
+        return ServiceUnavailableError(
+            f"{where} is unavailable ({status}): {message}", code="upstream_unavailable"
+        )
     if status >= 500:
         return EngineError(f"{where} failed ({status}): {message}")
     if status in (400, 413, 422) and _is_context_error(body, message):
@@ -316,11 +326,15 @@ def retry_delay(response: httpx.Response, attempt: int, config: RemoteModel) -> 
 
 
 def _pass_on_retry_after(error: RequestError, response: httpx.Response) -> None:
-    """An overloaded upstream's own Retry-After goes on to zest's client, rounded up."""
+    """An overloaded or unavailable upstream's own Retry-After goes on to zest's client,
+    rounded up."""
     after = _retry_after(response.headers.get("retry-after"))
-    if isinstance(error, OverloadedError) and after is not None:
-        error.retry_after = max(1, math.ceil(after))
-        error.headers["retry-after"] = str(error.retry_after)
+    if not _unavailable(error) or after is None:
+        return
+    seconds = max(1, math.ceil(after))
+    if isinstance(error, OverloadedError):
+        error.retry_after = seconds
+    error.headers["retry-after"] = str(seconds)
 
 
 def _retry_after(value: str | None) -> float | None:

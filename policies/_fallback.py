@@ -5,10 +5,11 @@ their boundary). A request advances only before its first token was sent, only w
 `on_failure` is next, and only for these reasons:
 
 - load error: the attempt's model could not be loaded (missing file, engine not installed);
-- device unavailable: the device (or the remote upstream) cannot be reached;
+- device unavailable: the device (or the remote upstream) cannot be reached, or the upstream
+  kept answering 503 after its retries;
 - device error: the engine failed on its device before the first token;
 - timeout: no first token within `timeouts.first_token_s`;
-- overloaded: the upstream kept answering 429/503 after its retries;
+- overloaded: the upstream kept answering 429 after its retries;
 - context overflow: the prompt does not fit this attempt, and `context.on_overflow` is fallback.
 
 Everything else (a bad request, an upstream that refuses the request, a privacy refusal, the

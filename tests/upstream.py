@@ -73,7 +73,8 @@ class Behaviour:
 
     delay_s: float = 0.0  # wait before answering (cut short when the client goes away)
     answer_429: int = 0  # answer this many requests with 429 first
-    retry_after: str | None = "1"
+    answer_503: int = 0  # then this many with 503
+    retry_after: str | None = "1"  # on those answers
     status: int | None = None  # answer every request with this status instead of forwarding
     cut_after_events: int | None = None  # break the connection after this many SSE events
     event_delay_s: float = 0.0  # wait before forwarding each SSE event...
@@ -138,14 +139,23 @@ class Proxy:
         b = self.behaviour
         if b.delay_s and await _disconnected_within(receive, b.delay_s):
             return
-        if b.answer_429 > 0:
-            b.answer_429 -= 1
-            headers = {"retry-after": b.retry_after} if b.retry_after else {}
-            await self._answer(send, 429, {"error": {"message": "slow down"}}, headers)
+        if b.answer_429 > 0 or b.answer_503 > 0:
+            await self._refuse(send, b)
         elif b.status is not None:
             await self._answer(send, b.status, {"error": {"message": f"status {b.status}"}}, {})
         else:
             await self._forward(scope, body, send)
+
+    async def _refuse(self, send: Send, b: Behaviour) -> None:
+        """A 429 (or, once those are spent, a 503) with the behaviour's Retry-After."""
+        if b.answer_429 > 0:
+            b.answer_429 -= 1
+            status, why = 429, "slow down"
+        else:
+            b.answer_503 -= 1
+            status, why = 503, "down for maintenance"
+        headers = {"retry-after": b.retry_after} if b.retry_after else {}
+        await self._answer(send, status, {"error": {"message": why}}, headers)
 
     async def _answer(
         self, send: Send, status: int, payload: dict[str, Any], headers: dict[str, str]

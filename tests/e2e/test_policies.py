@@ -268,6 +268,21 @@ def test_an_overloaded_upstream_gives_way_to_the_next_attempt(zest: Server, prox
     assert proxy.statuses == [429, 429, 429]
 
 
+def test_an_upstream_that_keeps_answering_503_is_a_503_with_its_retry_after(
+    zest: Server, proxy: Proxy
+) -> None:
+    proxy.behaviour.answer_503, proxy.behaviour.retry_after = 10, "0"
+    reply = post(zest, "remote-chat", {"messages": HELLO})
+    assert reply.status_code == 503, reply.text
+    assert reply.headers["retry-after"] == "1"
+    error = reply.json()["error"]
+    assert (error["type"], error["code"]) == ("service_unavailable", "upstream_unavailable")
+    assert error["message"] == (
+        f"upstream {proxy.v1} is unavailable (503): down for maintenance (after 2 retries)"
+    )
+    assert proxy.statuses == [503, 503, 503]
+
+
 def test_a_bad_request_is_answered_not_fallen_back_from(zest: Server, proxy: Proxy) -> None:
     proxy.behaviour.status = 422
     reply = post(zest, "slow-first", {"messages": HELLO})

@@ -180,6 +180,28 @@ def test_retries_are_bounded_and_end_as_overloaded(proxy: Proxy) -> None:
     assert proxy.statuses == [429, 429]
 
 
+@pytest.mark.parametrize("retry_after", ["0", None])
+def test_an_upstream_that_keeps_answering_503_is_unavailable_not_a_rate_limit(
+    proxy: Proxy, retry_after: str | None
+) -> None:
+    """A 503 is the upstream's trouble, not the client sending too much: it reaches the client
+    as a 503, with the upstream's Retry-After when it gave one (never a 429)."""
+    proxy.behaviour.answer_503, proxy.behaviour.retry_after = 5, retry_after
+    remote = engine(proxy.v1, retries=1, backoff_s=0.01)
+    remote.load()
+    error = failure(remote, job())
+    assert (error.status_code, error.error_type, error.code) == (
+        503,
+        "service_unavailable",
+        "upstream_unavailable",
+    )
+    assert error.message == (
+        f"upstream {proxy.v1} is unavailable (503): down for maintenance (after 1 retries)"
+    )
+    assert error.headers == ({"retry-after": "1"} if retry_after else {})
+    assert proxy.statuses == [503, 503]
+
+
 def test_a_retry_after_beyond_the_limit_is_not_waited_for(proxy: Proxy) -> None:
     proxy.behaviour.answer_429, proxy.behaviour.retry_after = 1, "3600"
     remote = engine(proxy.v1)

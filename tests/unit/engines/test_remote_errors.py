@@ -15,6 +15,7 @@ from zest.errors import (
     EngineError,
     OverloadedError,
     RequestError,
+    ServiceUnavailableError,
     UpstreamRejectedError,
 )
 from zest.router import RemoteModel
@@ -68,8 +69,8 @@ LLAMA_CPP_OVERFLOW = (
         (
             503,
             b"",
-            OverloadedError,
-            "upstream http://127.0.0.1:9/v1 is overloaded (503): no message",
+            ServiceUnavailableError,
+            "upstream http://127.0.0.1:9/v1 is unavailable (503): no message",
         ),
         (
             500,
@@ -85,6 +86,17 @@ def test_upstream_answers_become_zest_errors(
     error = translate_status(status, body, "up", CONFIG)
     assert type(error) is kind
     assert error.message == message
+
+
+def test_an_unavailable_upstream_is_a_503_not_a_rate_limit() -> None:
+    """An upstream that answers 503 is down: its client's client gets a 503 too (a 429 would
+    tell it to slow down, which is not the trouble)."""
+    error = translate_status(503, b"", "up", CONFIG)
+    assert (error.status_code, error.error_type, error.code) == (
+        503,
+        "service_unavailable",
+        "upstream_unavailable",
+    )
 
 
 def test_the_credentials_error_never_echoes_the_upstreams_message() -> None:
