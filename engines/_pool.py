@@ -198,10 +198,15 @@ class EnginePool:
 
     def retire_changed(self) -> list[LoadedEngine]:
         """After a reload: retire engines whose model is gone or defined anew, and bring back
-        those defined as before again."""
+        those defined as before again. Returns the engines this reload retired: one retired
+        by an earlier reload, still draining its requests, is not retired again."""
+        retired = []
         for entry in self._entries.values():
-            entry.retired = self._stale(entry.spec)
-        return [entry for entry in self._entries.values() if entry.retired]
+            stale = self._stale(entry.spec)
+            if stale and not entry.retired:
+                retired.append(entry)
+            entry.retired = stale
+        return retired
 
     def _stale(self, spec: EngineSpec) -> bool:
         if self.current is None:

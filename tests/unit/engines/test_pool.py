@@ -238,6 +238,20 @@ async def test_a_reload_retires_changed_models_once_their_requests_end() -> None
 
 
 @sync
+async def test_an_engine_draining_across_reloads_is_retired_once() -> None:
+    """Each reload names only the engines it retires (the log says so once per engine), not
+    those still finishing the requests of an earlier table."""
+    table = {"a": spec("a")}
+    engines, _ = pool(current=table)
+    held = await engines.acquire(spec("a"))
+    table["a"] = spec("a", source="new.gguf")
+    assert [entry.spec.model_id for entry in engines.retire_changed()] == ["a"]
+    for _ in range(5):  # more reloads while the old engine still serves its request
+        assert engines.retire_changed() == []
+    held.release()
+
+
+@sync
 async def test_a_model_removed_by_a_reload_and_put_back_is_kept() -> None:
     table = {"a": spec("a")}
     engines, _ = pool(current=table)
