@@ -11,6 +11,8 @@
   it anew; the old engine finishes the requests it has and is unloaded when idle (retired).
 - Every load first checks the model's files against its pin (`verify`, engines._digests): a
   file that is not the pinned one fails the load like a broken file, before the engine reads it.
+- A load that fails is a 503 (`model_load_failed` when the engine could not read the model),
+  never a 500: the request may fall back, or be sent to another replica.
 
 cachetools' LRUCache evicts its oldest entry unconditionally; here the oldest may be busy or
 pinned, so the order is an OrderedDict walked from the least recently used end.
@@ -34,7 +36,7 @@ from typing import Any
 from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob
 from zest.engines._digests import ModelDigest
 from zest.engines._memory import release_freed_memory
-from zest.errors import RequestError, ServiceUnavailableError
+from zest.errors import EngineError, RequestError, ServiceUnavailableError
 from zest.router import ModelConfig, Placement
 
 __all__ = [
@@ -265,9 +267,12 @@ class EnginePool:
         try:
             engine = self.factory(spec)
             info, digest = await self._load_in_thread(engine, spec)
-        except RequestError as exc:
-            self.load_failures[spec.key] = exc.message
-            raise
+        except Exception as exc:
+            error = _load_error(spec, exc)
+            self.load_failures[spec.key] = error.message
+            if error is exc:
+                raise
+            raise error from exc
         self.load_failures.pop(spec.key, None)
         entry = LoadedEngine(
             spec, engine, info, loaded_at=time.time(), last_used=self.clock(), digest=digest
@@ -361,6 +366,25 @@ class EnginePool:
             if entry.spec.counts_toward_cap and not pinned and not entry.busy:
                 return entry
         return None
+
+
+def _load_error(spec: EngineSpec, exc: Exception) -> RequestError:
+    """What a failed load answers: a 503 the client can retry elsewhere. An engine's failure
+    (a broken file, a context it refuses) or a foreign error becomes `model_load_failed`,
+    naming the model and what to do; a 503 that already says why (a missing file or library,
+    a timeout) stays as it is."""
+    if isinstance(exc, RequestError) and not isinstance(exc, EngineError):
+        return exc
+    if isinstance(exc, RequestError):
+        why = exc.message
+    else:
+        log.error("loading model %s failed", spec.model_id, exc_info=exc)
+        why = f"model {spec.model_id!r}: loading failed: {type(exc).__name__}: {exc}"
+    return ServiceUnavailableError(
+        f"{why}: model {spec.model_id!r} cannot serve until its files load: check them with "
+        "`zest check`, replace what is broken, then reload the routes file",
+        code="model_load_failed",
+    )
 
 
 def _digest_note(digest: ModelDigest | None) -> str:

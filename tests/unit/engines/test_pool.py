@@ -14,7 +14,12 @@ import pytest
 
 from zest.engines import Delta, Engine, EngineInfo, GenerationJob, ModelDigest
 from zest.engines._pool import EnginePool, EngineSpec, ModelPolicy, describe
-from zest.errors import ModelDigestMismatchError, OverloadedError
+from zest.errors import (
+    EngineError,
+    ModelDigestMismatchError,
+    OverloadedError,
+    ServiceUnavailableError,
+)
 from zest.router import Device, LlamaCppModel, Placement, RemoteModel
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "test")
@@ -336,6 +341,42 @@ async def test_a_pin_that_does_not_match_fails_the_load_before_the_engine_reads_
             await engines.acquire(spec("a"))
     assert CountingEngine.loads == []
     assert engines.load_failures == {spec("a").key: "model 'a': not the pinned model"}
+
+
+class BrokenFileEngine(CountingEngine):
+    """Fails its load as llama.cpp does on a file cut short (an EngineError, a 500)."""
+
+    def load(self) -> EngineInfo:
+        raise EngineError(f"model {self.model_id!r}: llama.cpp could not load m.gguf: bad")
+
+
+class CrashingEngine(CountingEngine):
+    def load(self) -> EngineInfo:
+        raise RuntimeError("segment missing")
+
+
+@sync
+async def test_a_model_that_fails_to_load_is_a_503_naming_it_and_what_to_do() -> None:
+    """A client that asked for a broken model gets a 503 it may retry elsewhere (never a 500
+    engine_error), whatever the engine raised."""
+    for kind, why in [
+        (BrokenFileEngine, "model 'a': llama.cpp could not load m.gguf: bad"),
+        (CrashingEngine, "model 'a': loading failed: RuntimeError: segment missing"),
+    ]:
+        engines = EnginePool(lambda s, made=kind: made(s.model_id))
+        with pytest.raises(ServiceUnavailableError) as info:
+            await engines.acquire(spec("a"))
+        error = info.value
+        assert (type(error), error.status_code, error.code) == (
+            ServiceUnavailableError,
+            503,
+            "model_load_failed",
+        )
+        assert error.message == (
+            f"{why}: model 'a' cannot serve until its files load: check them with `zest "
+            "check`, replace what is broken, then reload the routes file"
+        )
+        assert engines.load_failures == {spec("a").key: error.message}
 
 
 @sync
