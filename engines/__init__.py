@@ -36,6 +36,7 @@ from zest.engines._ceiling import Ceiling, measure_ceiling
 from zest.engines._compute import compute_bound, compute_executor, on_compute_thread
 from zest.engines._devices import Inventory, Probe, detect_inventory, parse_emulation
 from zest.engines._digests import DigestCache, ModelDigest, model_location, verify_model
+from zest.engines._gguf import GgufError, check_gguf_tensors
 from zest.engines._llama_embed import LlamaCppEmbedder
 from zest.engines._llamacpp import LlamaCppEngine, LlamaCppTokenizer, inspect_llamacpp
 from zest.engines._onnx_genai import OnnxGenaiEngine, OnnxGenaiTokenizer, inspect_onnx_genai
@@ -52,6 +53,7 @@ from zest.engines._remote import RemoteEngine, privacy_is_strict
 from zest.engines._sources import hf_hub_cache_dir, resolve_source, zest_cache_dir
 from zest.engines._stops import StopMatcher
 from zest.engines._tokenizers import clear_tokenizers, load_tokenizer
+from zest.errors import EngineError
 from zest.router import (
     Device,
     LlamaCppModel,
@@ -97,6 +99,7 @@ __all__ = [
     "TokenLogprob",
     "Tokenizer",
     "TokenizerFactory",
+    "check_model_files",
     "clear_tokenizers",
     "compute_bound",
     "compute_executor",
@@ -186,6 +189,20 @@ def inspect_model(model_id: str, config: ModelConfig, base_dir: Path) -> ModelFa
     None for a kind with nothing to read here (remote). A missing file raises."""
     inspector = engine_kind(config.engine).inspector
     return None if inspector is None else inspector(model_id, config, base_dir)
+
+
+def check_model_files(model_id: str, config: ModelConfig, base_dir: Path) -> None:
+    """Cheap checks that a model's files can load, without loading them (blocking: a thread):
+    they are there and read as the model (`inspect_model`), and a GGUF holds every tensor its
+    header declares (a download cut short has a header that reads). Raises what a load of
+    them would, as a RequestError."""
+    inspect_model(model_id, config, base_dir)
+    if isinstance(config, LlamaCppModel):
+        path = resolve_source(config.source, base_dir, config.revision)
+        try:
+            check_gguf_tensors(path)
+        except (GgufError, OSError) as exc:
+            raise EngineError(f"model {model_id!r}: cannot load {path}: {exc}") from exc
 
 
 def create_engine(

