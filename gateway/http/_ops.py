@@ -98,15 +98,16 @@ async def unload_model(request: Request[Any, Any, Any], runtime: Runtime) -> dic
 async def ready(runtime: Runtime) -> Response[Any]:
     """200 once the warm start has loaded its models and every route can be served; 503
     while loading, when it failed, or while a route cannot be served (no device here runs
-    it, or its models failed to load). Liveness is /health."""
+    it, its model files are broken, or its models failed to load). Routes the privacy in
+    force forbids (ZEST_PRIVACY=strict, remote models only) are listed, not judged: nothing
+    will ever serve them here. Liveness is /health."""
     inventory = describe_inventory(runtime.inventory)
-    unservable = runtime.unservable()
-    ready = runtime.state == "ready" and not unservable
+    readiness = runtime.readiness()
     body = {
-        # degraded: the warm start is done, but some route cannot be served here.
-        "status": "degraded" if runtime.state == "ready" and unservable else runtime.state,
-        "ready": ready,
-        "unservable_routes": unservable,
+        "status": readiness.status,
+        "ready": readiness.ready,
+        "unservable_routes": readiness.unservable,
+        "unservable_by_privacy": readiness.forbidden,
         "models": describe_loaded(runtime),
         "loading": [model for model, _, _ in runtime.pool.loading()],
         "preload_errors": runtime.preload_errors,
@@ -115,13 +116,13 @@ async def ready(runtime: Runtime) -> Response[Any]:
             for device in inventory["devices"]
         ],
     }
-    return Response(body, status_code=200 if body["ready"] else 503)
+    return Response(body, status_code=200 if readiness.ready else 503)
 
 
 @head("/ready")
 async def ready_head(runtime: Runtime) -> Response[None]:
     """GET /ready's status without its body: load balancers probe with HEAD."""
-    status = 200 if runtime.state == "ready" else 503
+    status = 200 if runtime.readiness().ready else 503
     return Response(None, status_code=status, media_type=MediaType.TEXT)  # no body: length 0
 
 

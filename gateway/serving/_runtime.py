@@ -23,6 +23,7 @@ from zest.engines import (
     ModelPolicy,
     Prompt,
     Tokenizer,
+    check_model_files,
     create_engine,
     load_tokenizer,
     verify_model,
@@ -33,7 +34,7 @@ from zest.gateway.serving._planning import plan_for
 from zest.gateway.serving._tokens import Tokens
 from zest.router import Device, LoadedRoutes, Needs, Placement, Plan, RouteConfig
 
-__all__ = ["PreloadTarget", "Runtime", "Staged"]
+__all__ = ["PreloadTarget", "Readiness", "Runtime", "Staged"]
 
 log = logging.getLogger("zest.gateway")
 State = Literal["starting", "loading", "ready", "failed", "stopping"]
@@ -50,13 +51,30 @@ class PreloadTarget:
     why: str
 
 
+@dataclass(frozen=True)
+class Readiness:
+    """What GET /ready answers: the state (`degraded`: the warm start is done, but a route
+    cannot be served), the routes nothing can serve now, with why, and those the privacy in
+    force forbids for good (not judged: no replica with this setting will ever serve them)."""
+
+    status: str
+    unservable: dict[str, str]
+    forbidden: dict[str, str]
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+
 @dataclass
 class Staged:
     """What `Runtime.stage` loaded for a table (held) and what failed: `problems` (targets the
-    table cannot do without) refuse it, `warnings` (routes with a fallback) do not."""
+    table cannot do without) refuse it, `warnings` (routes with a fallback) do not.
+    `broken_files`: the table's route models whose files would fail to load, with why."""
 
     leases: list[Lease] = field(default_factory=list)
     failures: list[tuple[PreloadTarget, str]] = field(default_factory=list)
+    broken_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def problems(self) -> list[str]:
@@ -82,6 +100,9 @@ class Runtime:
     on_fatal: Callable[[str], None] | None = None
     state: State = "starting"
     preload_errors: list[str] = field(default_factory=list)
+    # The route models of the table in force whose files failed the cheap checks when it was
+    # loaded (readiness: their routes cannot be served until the model loads after all).
+    broken_files: dict[str, str] = field(default_factory=dict)
     # Graceful shutdown: what is in flight, and whether new work is refused.
     drain: Drain = field(default_factory=Drain)
     pool: EnginePool = field(init=False)
@@ -118,7 +139,7 @@ class Runtime:
         table cannot do without that fails to load raises ConfigError naming it, and nothing
         of the old table is touched; what did load is held by the returned leases (no sweep
         unloads it before the swap) until `Staged.release`."""
-        staged = Staged()
+        staged = Staged(broken_files=await asyncio.to_thread(_broken_files, routes))
         for target in [*self.preload_targets(routes), *self._changed_targets(routes)]:
             try:
                 placement = target.placement or self.default_placement(routes, target.model_id)
@@ -145,6 +166,7 @@ class Runtime:
             )
         if staged is not None:
             self.preload_errors = list(staged.warnings)
+            self.broken_files = staged.broken_files
             staged.release()
 
     def _changed_targets(self, routes: LoadedRoutes) -> list[PreloadTarget]:
@@ -161,21 +183,55 @@ class Runtime:
                 targets.append(PreloadTarget(model_id, entry.spec.placement, True, why))
         return targets
 
-    def unservable(self) -> dict[str, str]:
-        """Routes of the table in force that nothing can serve now, with why: no device here
-        runs any attempt, or every attempt's engine failed its last load."""
-        routes, broken = self.routes, self.pool.load_failures
-        found = {}
+    def readiness(self) -> Readiness:
+        """Whether this replica should get traffic: the warm start is done and every route
+        that may ever be served here can be served now."""
+        unservable, forbidden = self._unservable()
+        degraded = self.state == "ready" and unservable
+        return Readiness("degraded" if degraded else self.state, unservable, forbidden)
+
+    def _unservable(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Routes of the table in force that nothing can serve now, with why (no device here
+        runs any attempt, or every attempt's model has broken files or failed its last load),
+        and apart, those that only the privacy in force keeps from being served."""
+        routes = self.routes
+        found: dict[str, str] = {}
+        forbidden: dict[str, str] = {}
         for task, route in routes.config.routes.items():
             try:
                 plan = self.plan(routes, task, route, prompt_tokens=0)
             except ServiceUnavailableError as exc:
-                found[task] = exc.message
+                target = forbidden if self._privacy_forbids(task, route) else found
+                target[task] = exc.message
                 continue
-            keys = [_spec(routes, a.model, a.placement).key for a in plan.attempts]
-            if all(key in broken for key in keys):
-                found[task] = "; ".join(dict.fromkeys(broken[key] for key in keys))
-        return found
+            reasons = [self._broken(_spec(routes, a.model, a.placement)) for a in plan.attempts]
+            if all(reasons):
+                found[task] = "; ".join(dict.fromkeys(r for r in reasons if r))
+        return found, forbidden
+
+    def _privacy_forbids(self, task: str, route: RouteConfig) -> bool:
+        """Whether a route no device can serve under ZEST_PRIVACY=strict could be planned
+        without it (its attempts are all remote)."""
+        if not self.strict_privacy:
+            return False
+        routes = self.routes
+        try:
+            plan_for(routes.config, self.devices, task, route, prompt_tokens=0, load=None,
+                     strict_privacy=False)  # fmt: skip
+        except ServiceUnavailableError:
+            return False
+        return True
+
+    def _broken(self, spec: EngineSpec) -> str | None:
+        """Why this attempt's engine cannot load: its last load failed, or its files failed
+        the table's checks and no engine of it is loaded (the file was fixed since)."""
+        if (failure := self.pool.load_failures.get(spec.key)) is not None:
+            return failure
+        broken = self.broken_files.get(spec.model_id)
+        loaded = self.pool.find(spec.model_id, spec.placement.key)
+        if broken is not None and not any(e.spec.key == spec.key for e in loaded):
+            return broken
+        return None
 
     def model_policy(self, model_id: str) -> ModelPolicy | None:
         model = self.routes.config.models.get(model_id)
@@ -299,6 +355,7 @@ class Runtime:
     async def _warm_start(self) -> None:
         """Load the preload targets; one the table cannot do without stops the server."""
         staged = await self.stage(self.routes)
+        self.broken_files = staged.broken_files
         self.preload_errors = [f"{target.why}: {message}" for target, message in staged.failures]
         for warning in staged.warnings:
             log.warning("preload: %s", warning)
@@ -336,6 +393,22 @@ class Runtime:
             return None
         device = self.devices["cpu"]
         return _spec(self.routes, model_id, Placement(device, device))
+
+
+def _broken_files(routes: LoadedRoutes) -> dict[str, str]:
+    """The local models of the table's routes (fallbacks included) whose files would fail to
+    load, with why: cheap checks of their headers, no weight read (blocking: a thread)."""
+    config, broken = routes.config, {}
+    used = [(r.model, *(entry.model for entry in r.fallback)) for r in config.routes.values()]
+    for model_id in dict.fromkeys(m for models in used for m in models):
+        model = config.models[model_id]
+        if not model.local:
+            continue
+        try:
+            check_model_files(model_id, model, routes.base_dir)
+        except RequestError as exc:
+            broken[model_id] = exc.message
+    return broken
 
 
 def _verify(spec: EngineSpec) -> ModelDigest | None:

@@ -71,6 +71,18 @@ def test_readiness_names_the_routes_no_device_here_can_serve(bare: Server) -> No
     )
 
 
+@pytest.mark.parametrize("fixture", ["bare", "emulated"])
+def test_head_readiness_answers_the_status_get_answers(
+    request: pytest.FixtureRequest, fixture: str
+) -> None:
+    """Load balancers probe with HEAD: a degraded server must not look ready to them."""
+    server: Server = request.getfixturevalue(fixture)
+    got = httpx.get(f"{server.v1}/ready", timeout=10)
+    headed = httpx.head(f"{server.v1}/ready", timeout=10)
+    assert (headed.status_code, headed.content) == (got.status_code, b"")
+    assert got.status_code == (503 if fixture == "bare" else 200)
+
+
 def test_a_pinned_npu_with_fallback_runs_on_cpu_and_says_so(bare: Server) -> None:
     reply = post(bare, "/completions", {"model": "notes", "prompt": "Today", "max_tokens": 4})
     assert reply.status_code == 200

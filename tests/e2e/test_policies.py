@@ -516,6 +516,21 @@ def test_strict_privacy_removes_remote_attempts_and_says_so(strict: Server, prox
     assert proxy.requests == []
 
 
+def test_strict_privacy_readiness_judges_only_the_routes_it_allows(strict: Server) -> None:
+    """Routes that only a remote model could serve never will under ZEST_PRIVACY=strict: they
+    are listed apart, not counted against readiness (a balancer would send the local routes
+    nothing); a route that a missing device keeps from serving still counts."""
+    ready = httpx.get(f"{strict.v1}/ready", timeout=10).json()
+    assert list(ready["unservable_routes"]) == ["private-npu"]
+    forbidden = ready["unservable_by_privacy"]
+    assert sorted(forbidden) == ["remote-chat", "remote-fallback", "remote-middle", "slow-total"]
+    assert forbidden["remote-chat"] == (
+        "route 'remote-chat' runs only on the remote model 'upstream', which is left out: "
+        "remote: ZEST_PRIVACY=strict: no remote engine may be reached: add a local model to "
+        "routes.remote-chat.fallback"
+    )
+
+
 # --- explain -----------------------------------------------------------------------------------
 
 

@@ -299,8 +299,9 @@ def test_a_changed_model_is_loaded_before_the_reload_answers(
 
 
 def test_readiness_is_503_while_a_route_cannot_be_served(tmp_path: Path) -> None:
-    """A model loaded on first use that fails to load leaves its route unservable: readiness
-    says so (a load balancer stops sending), and the other routes keep serving."""
+    """A model loaded on first use whose file is cut short: readiness says so from the start
+    (the table's checks read its header and tensor table, not its weights), the request that
+    tries it is a 503 naming the model and what to do, and the other routes keep serving."""
     broken = cut_model(tmp_path)
     routes = tmp_path / "routes.yaml"
     routes.write_text(
@@ -309,21 +310,33 @@ def test_readiness_is_503_while_a_route_cannot_be_served(tmp_path: Path) -> None
         .replace("models:\n", f"models:\n  cut: {{engine: llamacpp, source: '{broken}'}}\n")
         + "  broken: {kind: chat, model: cut, device: cpu, max_tokens: 4, allow_cpu: true}\n"
     )
-    server = start_server(routes, tmp_path / "zest.log", {"ZEST_EMULATE_DEVICES": ""})
+    server = start_server(routes, tmp_path / "zest.log", {"ZEST_EMULATE_DEVICES": ""}, until="warm")
     try:
+        ready = httpx.get(f"{server.v1}/ready", timeout=10)
+        assert (ready.status_code, ready.json()["status"]) == (503, "degraded")
+        assert httpx.head(f"{server.v1}/ready", timeout=10).status_code == 503
+        assert ready.json()["unservable_routes"] == {
+            "broken": f"model 'cut': cannot load {broken}: the file is cut short: its 272 "
+            "tensors end at byte 98,362,432 but it holds 3,000,000 bytes (an interrupted "
+            "download?): fetch it again"
+        }
         failed = httpx.post(
             f"{server.v1}/chat/completions", json={**HELLO, "model": "broken"}, timeout=60
         )
-        assert failed.status_code == 500, failed.text
+        assert failed.status_code == 503, failed.text
+        error = failed.json()["error"]
+        assert (error["type"], error["code"]) == ("service_unavailable", "model_load_failed")
+        assert error["message"].startswith(f"model 'cut': llama.cpp could not load {broken}: ")
+        assert error["message"].endswith(
+            ": model 'cut' cannot serve until its files load: check them with `zest check`, "
+            "replace what is broken, then reload the routes file"
+        )
         # A single attempt's failure still says which attempt failed, and why.
         assert failed.headers["x-zest-fallbacks"].startswith(
             f"cut on cpu: load error: model 'cut': llama.cpp could not load {broken}: "
         )
-        ready = httpx.get(f"{server.v1}/ready", timeout=10)
-        assert ready.status_code == 503
-        (reason,) = ready.json()["unservable_routes"].values()
-        assert list(ready.json()["unservable_routes"]) == ["broken"]
-        assert reason.startswith(f"model 'cut': llama.cpp could not load {broken}: ")
+        (reason,) = httpx.get(f"{server.v1}/ready", timeout=10).json()["unservable_routes"].values()
+        assert reason == error["message"]  # its last load's failure, once it was tried
         served = httpx.post(f"{server.v1}/chat/completions", json=HELLO, timeout=60)
         assert served.status_code == 200, served.text
     finally:
