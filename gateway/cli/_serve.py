@@ -48,7 +48,7 @@ def add_serve_command(commands: Any) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from zest.engines import detect_inventory
-    from zest.gateway.http import AccessPolicy, RedactCredentials, create_app, exposure_warning
+    from zest.gateway.http import AccessLog, AccessPolicy, create_app, exposure_warning
     from zest.gateway.serving import Drain, Runtime
 
     settings = settings_from(
@@ -61,7 +61,6 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
-    logging.getLogger("uvicorn.access").addFilter(RedactCredentials())  # no key in the log
     policy = AccessPolicy.from_settings(settings)  # a bad ZEST_API_KEYS_FILE fails here, early
     log.info(policy.describe())
     if warning := exposure_warning(settings.host, settings.port, policy):
@@ -78,11 +77,13 @@ def _serve(args: argparse.Namespace) -> int:
     _log_start(runtime)
     fatal: list[str] = []
     config = uvicorn.Config(
-        create_app(runtime, settings),
+        AccessLog(create_app(runtime, settings)),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
         log_config=None,
+        # zest's own access line (AccessLog): also for requests whose client left first.
+        access_log=False,
         # After the drain only finished answers remain to flush.
         timeout_graceful_shutdown=5,
     )

@@ -1,6 +1,6 @@
 """The HTTP server: the Litestar app, its endpoints, auth, errors and metrics."""
 
-from zest.gateway.http._access_log import RedactCredentials, redact_query
+from zest.gateway.http._access_log import AccessLog, RedactCredentials, redact_query
 from zest.gateway.http._app import (
     create_app,
 )
@@ -50,6 +50,7 @@ __all__ = [
     "EXPOSED_HEADERS",
     "OPS_HANDLERS",
     "PUBLIC_PATHS",
+    "AccessLog",
     "AccessPolicy",
     "AuthGuard",
     "HttpSecurity",

@@ -84,3 +84,22 @@ def test_clients_gone_before_their_first_token_free_the_model_at_once(
     assert cancelled
     assert all(" completion_tokens=0 " in line for line in cancelled)
     assert max(float(line.rsplit("seconds=", 1)[1]) for line in cancelled) < 5.0
+
+
+ABANDONED = '"POST /v1/completions HTTP/1.1" 499 req_'
+
+
+def test_every_abandoned_request_leaves_its_access_line(zest: Server) -> None:
+    """A client gone before its first token (prefilling, or queued) is still a request that
+    ended: each leaves one access line, with the 499 nobody read and its request id."""
+    before = zest.log().count(ABANDONED)
+    for stream in (False, True, False):
+        abandon(zest, stream=stream)
+    wait_idle(zest, within=5.0)
+    deadline = time.monotonic() + 10
+    while zest.log().count(ABANDONED) < before + 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = [line for line in zest.log().splitlines() if ABANDONED in line][before:]
+    assert len(lines) == 3, zest.log()
+    assert all(line.endswith("(the client left before the answer)") for line in lines)
+    assert len({line.split(" 499 ")[1].split()[0] for line in lines}) == 3  # three request ids
