@@ -17,12 +17,14 @@
         ├── ClientDisconnectedError 499 the client went away (nobody reads it; names the outcome)
         ├── UpstreamRejectedError   502 code=upstream_rejected (the upstream refused: auth, 404)
         ├── GatewayTimeoutError     504 code=first_token_timeout | total_timeout
-        └── ServiceUnavailableError 503 (model not loaded, engine not installed)
+        └── ServiceUnavailableError 503 (model not loaded, engine not installed; code
+            │                       model_load_failed: its files would not load;
+            │                       upstream_unavailable: the upstream kept answering 503)
             ├── DeviceUnavailableError  no allowed device can serve the route
             ├── ModelFileMissingError   code=model_not_available: the model's file is not here
             ├── ModelDigestMismatchError code=model_digest_mismatch: the file is not the pinned one
             ├── OverloadedError     429 code=overloaded: a model's queue is full (Retry-After),
-            │                       or the upstream kept answering 429/503
+            │                       or the upstream kept answering 429
             ├── PrivacyError        code=privacy_forbidden: a remote engine refused the request
             ├── ShuttingDownError   code=shutting_down: the server drains (Retry-After)
             └── EngineError         500 an engine failed while generating (foreign errors chained)

@@ -113,9 +113,11 @@ DOCUMENTED_5XX = frozenset(
     {
         "device_unavailable",
         "model_not_available",
+        "model_load_failed",
         "engine_not_configured",
         "privacy_forbidden",
         "upstream_unreachable",
+        "upstream_unavailable",
         "upstream_rejected",
         "first_token_timeout",
         "total_timeout",

@@ -197,10 +197,18 @@ def gibibytes(quantity: str) -> float:
     return float(quantity[:-2]) * units[quantity[-2:]]
 
 
+# The figures deployment.yaml sizes from (routes.yaml here): the process's peak resident set
+# with its model loaded, and that model's memory_bytes (GET /v1/loaded).
+STEADY_MIB, MODEL_MIB = 698, 542
+
+
 def test_memory_is_requested_and_limited_with_room_for_a_reload() -> None:
+    """A reload's old engine stays loaded until its last request ends, which under frequent
+    reloads is much of the time: the request holds two engines, the limit a third."""
     resources = container()["resources"]
     request, limit = resources["requests"]["memory"], resources["limits"]["memory"]
-    assert gibibytes(limit) >= 1.5 * gibibytes(request)  # a reload loads beside the old engine
+    assert gibibytes(request) * 1024 >= STEADY_MIB + MODEL_MIB
+    assert gibibytes(limit) * 1024 >= STEADY_MIB + 2 * MODEL_MIB
     assert "GET /v1/loaded" in (K8S / "deployment.yaml").read_text()  # how to size it
 
 
