@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from zest.engines._admission import ChoiceGroup
 from zest.engines._base import (
     Delta,
     Embeddings,
@@ -67,6 +68,7 @@ from zest.router import (
 
 __all__ = [
     "Ceiling",
+    "ChoiceGroup",
     "Delta",
     "DigestCache",
     "Embeddings",

@@ -7,6 +7,11 @@ The bound counts requests in the system: `slots` may run at once and `max_queue`
 beyond them, so `slots + max_queue` simultaneous requests are all accepted and the next is
 refused at once, holding nothing. Retry-After is the time the observed service rate needs to
 free a place for the refused request.
+
+A request's n choices form a `ChoiceGroup`, admitted together: none of its members takes a slot
+until there is a free slot for every member not running yet (nothing queued behind it takes
+one meanwhile), and once one is taken its waiting siblings are taken next. A group larger
+than the slots could never decode together: it is refused with 400.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ import heapq
 import itertools
 import math
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from zest.errors import OverloadedError
+from zest.errors import BadRequestError, OverloadedError
 
-__all__ = ["AdmissionQueue"]
+__all__ = ["AdmissionQueue", "ChoiceGroup"]
 
 Item = TypeVar("Item")
 
@@ -29,6 +36,13 @@ Item = TypeVar("Item")
 _RATE_SAMPLES = 64
 _RATE_WINDOW_S = 120.0
 _RETRY_AFTER_MAX_S = 300
+
+
+@dataclass(eq=False)
+class ChoiceGroup:
+    """Items admitted together: a request's n choices (each a sequence of its own)."""
+
+    size: int
 
 
 class AdmissionQueue(Generic[Item]):
@@ -39,6 +53,8 @@ class AdmissionQueue(Generic[Item]):
         max_queue: int,
         abandoned: Callable[[Item], bool] = lambda item: False,
         drop: Callable[[Item], None] = lambda item: None,
+        group: Callable[[Item], ChoiceGroup | None] = lambda item: None,
+        slots_set_by: str | None = "options.parallel in routes.yaml",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if slots < 1 or max_queue < 0:
@@ -47,17 +63,23 @@ class AdmissionQueue(Generic[Item]):
         # A waiting item whose caller went away is dropped (told through `drop`), so that it
         # holds no place in the queue.
         self._abandoned, self._drop, self._clock = abandoned, drop, clock
+        self._group, self._slots_set_by = group, slots_set_by
         self._waiting: list[tuple[int, int, Item]] = []  # heap: (-priority, arrival, item)
+        # The waiting siblings of a group member just taken: taken before anything else.
+        self._siblings: deque[Item] = deque()
+        self._taken: weakref.WeakKeyDictionary[ChoiceGroup, int] = weakref.WeakKeyDictionary()
         self._arrivals = itertools.count()
         self.running = 0
         self._finished: deque[float] = deque(maxlen=_RATE_SAMPLES)
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        return len(self._waiting) + len(self._siblings)
 
     def offer(self, item: Item, priority: int = 0) -> None:
-        """Queue `item`, or refuse it with 429 when every slot and queue place is taken."""
+        """Queue `item`, or refuse it with 429 when every slot and queue place is taken (400
+        when its group could never decode together)."""
+        self._check_group(item)
         if self.running + self.waiting >= self.slots + self.max_queue:
             self._drop_abandoned()
         if self.running + self.waiting >= self.slots + self.max_queue:
@@ -70,15 +92,55 @@ class AdmissionQueue(Generic[Item]):
             )
         heapq.heappush(self._waiting, (-priority, next(self._arrivals), item))
 
+    def _check_group(self, item: Item) -> None:
+        group = self._group(item)
+        if group is None or group.size <= self.slots:
+            return
+        many = self.slots > 1
+        at_once = f"at most {self.slots} sequences at once" if many else "one sequence at a time"
+        why = f" ({self._slots_set_by})" if self._slots_set_by else ""
+        raise BadRequestError(
+            f"n: {group.size} choices decode together, and this model decodes {at_once}{why}: "
+            f"ask for n: {self.slots}{' or fewer' if many else ''}",
+            param="n",
+        )
+
     def take(self) -> Item | None:
-        """The next item to run, if a slot is free: highest priority, then first come."""
-        while self._waiting and self.running < self.slots:
-            item = heapq.heappop(self._waiting)[2]
-            if not self._abandoned(item):
-                self.running += 1
-                return item
-            self._drop(item)
+        """The next item to run, if a slot is free: highest priority, then first come; a group
+        member only when the free slots hold every member not running yet."""
+        while self.running < self.slots:
+            if self._siblings:
+                item = self._siblings.popleft()
+            elif self._waiting and self._room_for(self._waiting[0][2]):
+                item = heapq.heappop(self._waiting)[2]
+            else:
+                return None  # nothing waits, or a group waits for its slots: nothing jumps it
+            if self._abandoned(item):
+                self._drop(item)
+                continue
+            self.running += 1
+            self._took(item)
+            return item
         return None
+
+    def _room_for(self, item: Item) -> bool:
+        group = self._group(item)
+        if group is None or self._abandoned(item):
+            return True
+        remaining = group.size - self._taken.get(group, 0)
+        return self.slots - self.running >= min(remaining, self.slots)
+
+    def _took(self, item: Item) -> None:
+        """Count a group member taken, and put its waiting siblings next in line."""
+        group = self._group(item)
+        if group is None:
+            return
+        self._taken[group] = self._taken.get(group, 0) + 1
+        siblings = [entry for entry in self._waiting if self._group(entry[2]) is group]
+        if siblings:
+            self._waiting = [entry for entry in self._waiting if entry not in siblings]
+            heapq.heapify(self._waiting)
+            self._siblings.extend(entry[2] for entry in sorted(siblings))
 
     def finish(self, *, served: bool = True) -> None:
         """A taken item left its slot; `served` ones count towards the service rate."""
@@ -88,11 +150,18 @@ class AdmissionQueue(Generic[Item]):
 
     def drain(self) -> list[Item]:
         """Every waiting item, in admission order, leaving the queue empty (on close)."""
-        items = [entry[2] for entry in sorted(self._waiting)]
+        items = [*self._siblings, *(entry[2] for entry in sorted(self._waiting))]
         self._waiting.clear()
+        self._siblings.clear()
         return items
 
     def _drop_abandoned(self) -> None:
+        siblings, self._siblings = self._siblings, deque()
+        for item in siblings:
+            if self._abandoned(item):
+                self._drop(item)
+            else:
+                self._siblings.append(item)
         kept = []
         for entry in self._waiting:
             if self._abandoned(entry[2]):

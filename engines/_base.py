@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from zest.engines._admission import ChoiceGroup
 from zest.errors import BadRequestError
 from zest.router import (
     ENGINE_MODELS,
@@ -240,6 +241,8 @@ class GenerationJob:
     logprobs: int | None = None
     # Speculative decoding asked for by the route (None: one token per step).
     speculative: Speculation | None = None
+    # The request's n choices, admitted to the model's slots together (None: a lone choice).
+    group: ChoiceGroup | None = field(default=None, compare=False)
     # Shared by copies (dataclasses.replace): cancelling one cancels the generation.
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 

@@ -31,6 +31,8 @@ __all__ = [
 log = logging.getLogger("zest.engines")
 Generate = Callable[[GenerationJob], Iterator[Delta]]
 _Item = Delta | BaseException | None  # None marks the end of a job's stream
+# What sets a llama.cpp runner's slots (sequences decoded at once), as a refusal names it.
+PARALLEL = "options.parallel in routes.yaml"
 
 
 @dataclass
@@ -104,14 +106,18 @@ def log_finished(job: GenerationJob, delta: Delta, seconds: float) -> None:
     )
 
 
-def task_queue(*, slots: int, max_queue: int) -> AdmissionQueue[Task]:
+def task_queue(
+    *, slots: int, max_queue: int, slots_set_by: str | None = PARALLEL
+) -> AdmissionQueue[Task]:
     """The admission queue of a runner: a task cancelled while waiting leaves it at once, its
-    stream ended without output."""
+    stream ended without output; a request's n choices are admitted together."""
     return AdmissionQueue(
         slots=slots,
         max_queue=max_queue,
         abandoned=lambda task: task.job.cancelled.is_set(),
         drop=lambda task: task.send(None),
+        group=lambda task: task.job.group,
+        slots_set_by=slots_set_by,
     )
 
 
@@ -122,8 +128,8 @@ class WaitingRoom:
     once a slot is free (priority, then arrival); `done` frees the slot.
     """
 
-    def __init__(self, *, slots: int, max_queue: int) -> None:
-        self._queue = task_queue(slots=slots, max_queue=max_queue)
+    def __init__(self, *, slots: int, max_queue: int, slots_set_by: str | None = PARALLEL) -> None:
+        self._queue = task_queue(slots=slots, max_queue=max_queue, slots_set_by=slots_set_by)
         self._cond = threading.Condition()
         self._closed = False
 
@@ -168,7 +174,7 @@ class GenerationWorker:
 
     def __init__(self, name: str, generate: Generate, *, max_queue: int) -> None:
         self._generate = generate
-        self._room = WaitingRoom(slots=1, max_queue=max_queue)
+        self._room = WaitingRoom(slots=1, max_queue=max_queue, slots_set_by=None)
         self.pending = PendingCounter()
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
         self._thread.start()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from zest.engines._admission import AdmissionQueue
-from zest.errors import OverloadedError
+from zest.engines._admission import AdmissionQueue, ChoiceGroup
+from zest.errors import BadRequestError, OverloadedError
 
 
 class Clock:
@@ -140,3 +140,93 @@ def test_drain_returns_the_waiting_in_admission_order() -> None:
 def test_a_queue_needs_a_slot() -> None:
     with pytest.raises(ValueError, match="slots >= 1"):
         AdmissionQueue(slots=0, max_queue=1)
+
+
+# -- a request's n choices: admitted together ---------------------------------------------------
+
+
+def grouped(groups: dict[str, ChoiceGroup], **queue: int) -> AdmissionQueue[str]:
+    """A queue whose items named in `groups` are choices of one request."""
+    return AdmissionQueue(group=groups.get, **queue)
+
+
+def take_all(queue: AdmissionQueue[str]) -> list[str]:
+    taken = []
+    while (item := queue.take()) is not None:
+        taken.append(item)
+    return taken
+
+
+def test_a_request_s_choices_wait_for_a_slot_each_and_nothing_behind_them_jumps() -> None:
+    request = ChoiceGroup(3)
+    queue = grouped({"c0": request, "c1": request, "c2": request}, slots=4, max_queue=8)
+    queue.offer("busy1")
+    queue.offer("busy2")
+    assert take_all(queue) == ["busy1", "busy2"]
+    for name in ("c0", "c1", "c2", "later"):
+        queue.offer(name)
+    assert take_all(queue) == []  # 2 free slots for 3 choices: none starts, nor what follows
+    queue.finish()
+    assert take_all(queue) == ["c0", "c1", "c2"]  # all three, in the same admission
+    queue.finish()
+    assert take_all(queue) == ["later"]
+
+
+def test_a_taken_choice_s_siblings_come_next_before_earlier_arrivals() -> None:
+    request = ChoiceGroup(2)
+    queue = grouped({"c0": request, "c1": request}, slots=4, max_queue=8)
+    queue.offer("c0")
+    queue.offer("other", 0)
+    queue.offer("c1")
+    assert take_all(queue) == ["c0", "c1", "other"]
+
+
+def test_choices_arriving_one_by_one_start_as_they_come_while_slots_hold_them_all() -> None:
+    """Choices are submitted one after another: the first starts at once when the free slots
+    hold every choice; a choice that never comes (gone to another model) blocks nothing."""
+    request = ChoiceGroup(3)
+    queue = grouped({"c0": request, "c1": request, "c2": request}, slots=3, max_queue=8)
+    queue.offer("c0")
+    assert take_all(queue) == ["c0"]
+    queue.offer("c1")
+    assert take_all(queue) == ["c1"]
+    queue.offer("next")  # c2's slot is not held for it
+    assert take_all(queue) == ["next"]
+
+
+def test_an_abandoned_choice_leaves_its_place_among_the_siblings() -> None:
+    request, gone = ChoiceGroup(3), {"c1"}
+    dropped: list[str] = []
+    queue: AdmissionQueue[str] = AdmissionQueue(
+        slots=4,
+        max_queue=8,
+        group={"c0": request, "c1": request, "c2": request}.get,
+        abandoned=gone.__contains__,
+        drop=dropped.append,
+    )
+    for name in ("c0", "c1", "c2"):
+        queue.offer(name)
+    assert take_all(queue) == ["c0", "c2"]
+    assert dropped == ["c1"]
+    assert queue.waiting == 0
+
+
+def test_more_choices_than_slots_are_refused_as_they_could_never_decode_together() -> None:
+    request = ChoiceGroup(8)
+    queue = grouped({"c0": request}, slots=4, max_queue=8)
+    with pytest.raises(BadRequestError) as refused:
+        queue.offer("c0")
+    assert refused.value.message == (
+        "n: 8 choices decode together, and this model decodes at most 4 sequences at once "
+        "(options.parallel in routes.yaml): ask for n: 4 or fewer"
+    )
+    assert refused.value.param == "n"
+    assert queue.waiting == 0
+    one_at_a_time: AdmissionQueue[str] = AdmissionQueue(
+        slots=1, max_queue=8, group={"c0": ChoiceGroup(2)}.get, slots_set_by=None
+    )
+    with pytest.raises(BadRequestError) as refused:
+        one_at_a_time.offer("c0")
+    assert refused.value.message == (
+        "n: 2 choices decode together, and this model decodes one sequence at a time: ask for n: 1"
+    )
