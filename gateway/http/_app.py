@@ -54,7 +54,6 @@ from zest.gateway.serving import (
     CompletionRequest,
     Embedded,
     EmbeddingRequest,
-    Generation,
     Reloader,
     ResponsesRequest,
     Runtime,
@@ -62,9 +61,11 @@ from zest.gateway.serving import (
     Settings,
     TaskRequest,
     build_prompt,
+    close_all,
     describe_inventory,
     embed_inputs,
     explain_task,
+    start_choices,
     start_generation,
     tool_use_for,
 )
@@ -98,8 +99,8 @@ async def _respond(
     # Watched from arrival: a client gone while queued or prefilling cancels its generation.
     gens = await _unless_disconnected(
         request,
-        _start_choices(
-            runtime, name, kind, body, request_id=request_id, record=record, inputs=inputs
+        start_choices(
+            runtime, name, kind=kind, body=body, request_id=request_id, events=record, **inputs
         ),
     )
     gen = gens[0]  # what served the first choice is what the headers show
@@ -112,51 +113,10 @@ async def _respond(
         exc.headers = {**route_headers(gen), **exc.headers, **_request_headers(request, request_id)}
         raise
     finally:
-        for each in gens:
-            await each.aclose()
+        await close_all(gens)
     return Response(
         payload, headers={**route_headers(gen), **_request_headers(request, request_id)}
     )
-
-
-async def _start_choices(
-    runtime: Runtime,
-    name: str,
-    kind: Kind,
-    body: SamplingFields,
-    *,
-    request_id: str,
-    record: RequestRecord,
-    inputs: dict[str, Any],
-) -> list[Generation]:
-    """n generations of the request, started together (decoded together in the model's
-    batch); choice i samples with seed + i when a seed is given. The metrics follow the first."""
-    bodies = [
-        body if i == 0 or body.seed is None else body.model_copy(update={"seed": body.seed + i})
-        for i in range(body.n)
-    ]
-    started = await asyncio.gather(
-        *(
-            start_generation(
-                runtime,
-                name,
-                kind=kind,
-                body=each,
-                request_id=request_id if i == 0 else f"{request_id}-{i}",
-                events=record if i == 0 else None,
-                **inputs,
-            )
-            for i, each in enumerate(bodies)
-        ),
-        return_exceptions=True,
-    )
-    gens = [g for g in started if isinstance(g, Generation)]
-    failure = next((g for g in started if isinstance(g, BaseException)), None)
-    if failure is not None:  # one choice failed before its first token: free the others
-        for gen in gens:
-            await gen.aclose()
-        raise failure
-    return gens
 
 
 def _request_id(request: Request[Any, Any, Any]) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from zest.engines import EngineInfo, StageStats, TokenLogprob
 from zest.errors import EngineError, RequestError
-from zest.gateway.serving import Embedded, Generation, ToolAnswer
+from zest.gateway.serving import Embedded, Generation, ToolAnswer, close_all
 from zest.policies import Trimmed
 
 __all__ = [
@@ -288,6 +288,7 @@ async def _merged(streams: list[AsyncIterator[_Piece]]) -> AsyncIterator[_Piece]
     finally:
         for task in tasks:
             task.cancel()
+        await asyncio.wait(tasks)  # each pump closes its choice's stream as it stops
 
 
 async def sse_events(
@@ -326,8 +327,7 @@ async def sse_events(
         log.exception("stream for task %s failed after it began", first.plan.task)
         yield _event(EngineError("generation failed mid-stream: see the server log").to_body())
     finally:
-        for gen in listed:
-            await gen.aclose()
+        await close_all(listed)
 
 
 def embedding_headers(done: Embedded) -> dict[str, str]:

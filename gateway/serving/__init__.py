@@ -12,6 +12,8 @@ from zest.gateway.serving._explain import (
 from zest.gateway.serving._generation import (
     Generation,
     build_prompt,
+    close_all,
+    start_choices,
     start_generation,
 )
 from zest.gateway.serving._planning import plan_for
@@ -77,6 +79,7 @@ __all__ = [
     "ToolAnswer",
     "ToolUse",
     "build_prompt",
+    "close_all",
     "describe_inventory",
     "embed_inputs",
     "explain_task",
@@ -85,6 +88,7 @@ __all__ = [
     "next_delta",
     "plan_for",
     "preflight",
+    "start_choices",
     "start_generation",
     "tool_use_for",
 ]

@@ -15,9 +15,10 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from zest.engines import (
+    ChoiceGroup,
     Delta,
     EngineInfo,
     GenerationJob,
@@ -53,7 +54,7 @@ from zest.router import (
     find_route,
 )
 
-__all__ = ["Generation", "build_prompt", "start_generation"]
+__all__ = ["Generation", "build_prompt", "close_all", "start_choices", "start_generation"]
 
 log = logging.getLogger("zest.gateway")
 Kind = Literal["chat", "completion"]
@@ -83,6 +84,8 @@ class Generation:
     events: RequestEvents = field(default_factory=RequestEvents)
     # Its part in a graceful shutdown (None: not tracked, as in unit tests).
     activity: Activity | None = None
+    # The engine's job: flagging it stops the generation without awaiting anything.
+    job: GenerationJob | None = None
 
     @property
     def approximate(self) -> bool:
@@ -113,11 +116,93 @@ class Generation:
     def _awaiting(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext() if self.activity is None else self.activity.awaiting()
 
-    async def aclose(self) -> None:
+    def stop(self) -> None:
+        """Stop the generation without awaiting: the engine drops its job within a step, and
+        it no longer counts as in flight (for a shutdown). Closing after it ends changes nothing."""
         self.events.closed()
         if self.activity is not None:
             self.activity.close()
-        await self.rest.aclose()
+        if self.job is not None:
+            self.job.cancel()
+
+    async def aclose(self) -> None:
+        self.stop()
+        # Running: a task awaits its next delta (a choice's pump), and that task's cancellation
+        # closes it; closing it here would raise "already running".
+        if not getattr(self.rest, "ag_running", False):
+            await self.rest.aclose()
+
+
+async def close_all(gens: Sequence[Generation]) -> None:
+    """Close every choice of a request. All are stopped before the first await, so a close
+    that is itself cancelled (a response torn down as its client leaves) still stops them all."""
+    for gen in gens:
+        gen.stop()
+    for gen in gens:
+        await gen.aclose()
+
+
+async def start_choices(
+    runtime: Runtime,
+    name: str,
+    *,
+    kind: Kind,
+    body: SamplingFields,
+    request_id: str,
+    events: RequestEvents | None = None,
+    **inputs: Any,
+) -> list[Generation]:
+    """The request's n generations, started together; choice i samples with seed + i when a
+    seed is given, and `events` follow the first. A choice failing before its first token, or
+    the caller giving up (the client left), stops every other choice, started or not."""
+    bodies = [
+        body if i == 0 or body.seed is None else body.model_copy(update={"seed": body.seed + i})
+        for i in range(body.n)
+    ]
+    group = ChoiceGroup(body.n) if body.n > 1 else None  # admitted to the model's slots together
+    starts = [
+        asyncio.ensure_future(
+            start_generation(
+                runtime,
+                name,
+                kind=kind,
+                body=each,
+                request_id=request_id if i == 0 else f"{request_id}-{i}",
+                events=events if i == 0 else None,
+                group=group,
+                **inputs,
+            )
+        )
+        for i, each in enumerate(bodies)
+    ]
+    try:
+        await asyncio.wait(starts, return_when=asyncio.FIRST_EXCEPTION)
+    except asyncio.CancelledError:
+        await _stop_starts(starts)
+        raise
+    errors = [
+        error
+        for start in starts
+        if start.done() and not start.cancelled() and (error := start.exception()) is not None
+    ]
+    if not errors:
+        return [start.result() for start in starts]
+    await _stop_starts(starts)
+    raise errors[0]
+
+
+async def _stop_starts(starts: list[asyncio.Task[Generation]]) -> None:
+    """Cancel the choices still starting (each closes its own stream) and close the started."""
+    for start in starts:
+        if _started(start):
+            start.result().stop()  # at once: the wait below may be cut short
+        start.cancel()
+    await asyncio.wait(starts)
+    await close_all([start.result() for start in starts if _started(start)])
+
+
+def _started(start: asyncio.Task[Generation]) -> bool:
+    return start.done() and not start.cancelled() and start.exception() is None
 
 
 async def start_generation(
@@ -132,6 +217,7 @@ async def start_generation(
     suffix: str | None = None,
     tools: ToolUse | None = None,
     events: RequestEvents | None = None,
+    group: ChoiceGroup | None = None,
 ) -> Generation:
     events = events or RequestEvents()
     events.task_named(name)
@@ -143,7 +229,7 @@ async def start_generation(
     counted = await runtime.count_prompt(routes, route.model, asked)
     needs = _needs(route, body, tools, suffix)
     plan = runtime.plan(routes, name, route, prompt_tokens=counted, needs=needs)
-    walk = _Walk(runtime, routes, plan, asked, body, request_id, deadline, events, tools)
+    walk = _Walk(runtime, routes, plan, asked, body, request_id, deadline, events, tools, group)
     activity = runtime.drain.track()  # a shutdown's grace covers the wait for the first token
     try:
         with activity.awaiting():
@@ -153,6 +239,21 @@ async def start_generation(
         raise
     gen.activity = activity
     return gen
+
+
+def _needs(
+    route: RouteConfig, body: SamplingFields, tools: ToolUse | None, suffix: str | None
+) -> Needs:
+    """What the request asks of the engine that serves it: the planner leaves out attempts
+    whose engine cannot honour it, instead of one refusing it mid-walk."""
+    return Needs(
+        logprobs=body.logprob_count() is not None,
+        logit_bias=bool(body.biases()),
+        structured_output=_response_format(route, body) is not None,
+        tools=tools is not None,
+        fill_in_middle=suffix is not None,
+        multiple_choices=body.n > 1,
+    )
 
 
 def _check_tools(name: str, route: RouteConfig, tools: ToolUse | None) -> None:
@@ -211,6 +312,7 @@ class _Walk:
     deadline: Deadline
     events: RequestEvents
     tools: ToolUse | None = None
+    group: ChoiceGroup | None = None
     fallbacks: list[str] = field(default_factory=list)
     loading: bool = False
 
@@ -241,21 +343,6 @@ class _Walk:
             self.plan.task,
             attempt.model,
             attempt.device,
-def _needs(
-    route: RouteConfig, body: SamplingFields, tools: ToolUse | None, suffix: str | None
-) -> Needs:
-    """What the request asks of the engine that serves it: the planner leaves out attempts
-    whose engine cannot honour it, instead of one refusing it mid-walk."""
-    return Needs(
-        logprobs=body.logprob_count() is not None,
-        logit_bias=bool(body.biases()),
-        structured_output=_response_format(route, body) is not None,
-        tools=tools is not None,
-        fill_in_middle=suffix is not None,
-        multiple_choices=body.n > 1,
-    )
-
-
             kind,
         )
         self.events.fell_back(kind)
@@ -272,7 +359,8 @@ def _needs(
             lease.release()
             raise
         label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
-        stream = lease.stream(self._job(prompt, budget, label))
+        job = self._job(prompt, budget, label)
+        stream = lease.stream(job)
         try:
             first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")
         except BaseException:
@@ -285,6 +373,7 @@ def _needs(
             budget,
             first,
             stream,
+            job=job,
             trimmed=fitted.trimmed,
             deadline=self.deadline,
             counted_approximately=tokenizer is None,
@@ -359,6 +448,7 @@ def _needs(
             logit_bias=body.biases(),
             logprobs=body.logprob_count(),
             speculative=route.speculative,
+            group=self.group,
             response_format=self.tools.response_format()
             if self.tools
             else _response_format(route, body),

@@ -5,8 +5,11 @@ the request's arrival."""
 
 from __future__ import annotations
 
+import re
+import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -59,6 +62,80 @@ def wait_idle(server: Server, within: float) -> float:
         assert time.monotonic() - started < within, f"still busy after {within}s: {entry}"
         time.sleep(0.05)
     return time.monotonic() - started
+
+
+# n: 8 choices, each a sequence in one of the model's 8 slots; a step's budget holds about one
+# prompt, so the choices start (their first token) one step after another.
+WIDE_ROUTES = f"""\
+version: 1
+models:
+  smol:
+    engine: llamacpp
+    source: {SOURCE}
+    context_length: 1024
+    options: {{n_threads: 2, parallel: 8, n_batch: 128, n_ubatch: 128, prefix_cache_tokens: 0}}
+routes:
+  story: {{kind: completion, model: smol, device: cpu, max_tokens: 480,
+           sampling: {{temperature: 0, stop: []}}}}
+"""
+MEDIUM = " ".join(f"Line {n}: the quick brown fox jumps over the lazy dog." for n in range(9))
+CHOICES = {"model": "story", "prompt": MEDIUM, "n": 8, "max_tokens": 480}
+FINISHED = re.compile(
+    r"(req_[0-9a-f]+)(?:-\d)? task=story .*: finish=(\w+) prompt_tokens=\d+ "
+    r"completion_tokens=(\d+) "
+)
+
+
+def finished_choices(server: Server, since: int) -> dict[str, list[tuple[str, int]]]:
+    """The choices that ended after log line `since`, by request: (finish, tokens) each."""
+    choices: dict[str, list[tuple[str, int]]] = {}
+    for line in server.log().splitlines()[since:]:
+        if match := FINISHED.search(line):
+            choices.setdefault(match[1], []).append((match[2], int(match[3])))
+    return choices
+
+
+def wait_for_choices(server: Server, since: int, count: int) -> list[tuple[str, int]]:
+    """The one request's choices that ended since `since`, once `count` have (within 10 s of
+    the client leaving: not the minute they would take to run to max_tokens)."""
+    deadline = time.monotonic() + 10
+    while True:
+        ended = finished_choices(server, since)
+        if ended and len(next(iter(ended.values()))) >= count:
+            (choices,) = ended.values()
+            return choices
+        assert time.monotonic() < deadline, ended
+        time.sleep(0.05)
+
+
+def test_a_client_leaving_an_n_8_request_stops_all_8_choices(tmp_path: Path) -> None:
+    """Streamed (left after its first chunk: every choice generating) or not (left while the
+    choices start one after another): each of the 8 choices stops, the model is idle, and a
+    shutdown finds no request in flight (it would wait its whole grace for one left running)."""
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(WIDE_ROUTES)
+    server = start_server(routes, tmp_path / "zest.log", {"ZEST_EMULATE_DEVICES": ""})
+    try:
+        since = len(server.log().splitlines())
+        body = {**CHOICES, "stream": True}
+        with httpx.stream("POST", f"{server.v1}/completions", json=body, timeout=120) as answer:
+            assert answer.status_code == 200
+            assert next(answer.iter_lines()).startswith("data: ")  # every choice has begun
+        streamed = wait_for_choices(server, since, 8)
+        wait_idle(server, within=5.0)
+        since = len(server.log().splitlines())
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.v1}/completions", json=CHOICES, timeout=httpx.Timeout(120, read=1.5))
+        left_waiting = wait_for_choices(server, since, 8)
+        wait_idle(server, within=5.0)
+        for choices in (streamed, left_waiting):
+            assert len(choices) == 8
+            assert {finish for finish, _ in choices} == {"cancelled"}, choices
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0
+        assert "shutting down: 0 request(s) in flight" in server.log()
+    finally:
+        stop_server(server)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
