@@ -11,7 +11,8 @@ free a place for the refused request.
 A request's n choices form a `ChoiceGroup`, admitted together: none of its members takes a slot
 until there is a free slot for every member not running yet (nothing queued behind it takes
 one meanwhile), and once one is taken its waiting siblings are taken next. A group larger
-than the slots could never decode together: it is refused with 400.
+than the slots could never decode together: it is refused with 400, except by a runner of
+one sequence at a time (an onnx-genai model), which takes its members one after another.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class AdmissionQueue(Generic[Item]):
         abandoned: Callable[[Item], bool] = lambda item: False,
         drop: Callable[[Item], None] = lambda item: None,
         group: Callable[[Item], ChoiceGroup | None] = lambda item: None,
+        # What sets `slots`, as a group too large for them is refused naming it; None: a
+        # runner that takes a larger group's members one after another (one sequence at a
+        # time: its choices never decode together anyway).
         slots_set_by: str | None = "options.parallel in routes.yaml",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -94,14 +98,12 @@ class AdmissionQueue(Generic[Item]):
 
     def _check_group(self, item: Item) -> None:
         group = self._group(item)
-        if group is None or group.size <= self.slots:
+        if group is None or group.size <= self.slots or self._slots_set_by is None:
             return
-        many = self.slots > 1
-        at_once = f"at most {self.slots} sequences at once" if many else "one sequence at a time"
-        why = f" ({self._slots_set_by})" if self._slots_set_by else ""
         raise BadRequestError(
-            f"n: {group.size} choices decode together, and this model decodes {at_once}{why}: "
-            f"ask for n: {self.slots}{' or fewer' if many else ''}",
+            f"n: {group.size} choices decode together, and this model decodes at most "
+            f"{self.slots} sequence{'s' if self.slots > 1 else ''} at once ({self._slots_set_by}):"
+            f" ask for n: {self.slots}{' or fewer' if self.slots > 1 else ''}",
             param="n",
         )
 

@@ -3,6 +3,8 @@ Pure: no model, no threads."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from zest.engines._admission import AdmissionQueue, ChoiceGroup
@@ -145,7 +147,7 @@ def test_a_queue_needs_a_slot() -> None:
 # -- a request's n choices: admitted together ---------------------------------------------------
 
 
-def grouped(groups: dict[str, ChoiceGroup], **queue: int) -> AdmissionQueue[str]:
+def grouped(groups: dict[str, ChoiceGroup], **queue: Any) -> AdmissionQueue[str]:
     """A queue whose items named in `groups` are choices of one request."""
     return AdmissionQueue(group=groups.get, **queue)
 
@@ -222,11 +224,15 @@ def test_more_choices_than_slots_are_refused_as_they_could_never_decode_together
     )
     assert refused.value.param == "n"
     assert queue.waiting == 0
-    one_at_a_time: AdmissionQueue[str] = AdmissionQueue(
-        slots=1, max_queue=8, group={"c0": ChoiceGroup(2)}.get, slots_set_by=None
-    )
-    with pytest.raises(BadRequestError) as refused:
-        one_at_a_time.offer("c0")
-    assert refused.value.message == (
-        "n: 2 choices decode together, and this model decodes one sequence at a time: ask for n: 1"
-    )
+
+
+def test_a_one_sequence_runner_takes_more_choices_one_after_another() -> None:
+    """An onnx-genai model decodes one sequence at a time: its choices never decode together,
+    and take its slot in turn."""
+    request = ChoiceGroup(2)
+    queue = grouped({"c0": request, "c1": request}, slots=1, max_queue=8, slots_set_by=None)
+    queue.offer("c0")
+    queue.offer("c1")
+    assert take_all(queue) == ["c0"]
+    queue.finish()
+    assert take_all(queue) == ["c1"]
