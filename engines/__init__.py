@@ -56,10 +56,10 @@ from zest.engines._stops import StopMatcher
 from zest.engines._tokenizers import clear_tokenizers, load_tokenizer
 from zest.errors import EngineError
 from zest.router import (
+    Capabilities,
     Device,
     LlamaCppModel,
     ModelConfig,
-    Capabilities,
     OnnxGenaiModel,
     Placement,
     RemoteModel,
@@ -134,13 +134,13 @@ def _llamacpp_engine(
     return kind(model_id, config, base_dir, placement)
 
 
+# What each kind honours (README, Engines and their capabilities). Fill-in-the-middle also
+# needs a model with FIM tokens, which its tokenizer checks.
 register_engine(
     EngineKind(
         LlamaCppModel,
         _llamacpp_engine,
         LlamaCppTokenizer.load,
-# What each kind honours (README, Engines and their capabilities). Fill-in-the-middle also
-# needs a model with FIM tokens, which its tokenizer checks.
         capabilities=Capabilities(
             logprobs=True,
             logit_bias=True,
@@ -161,6 +161,10 @@ register_engine(
         OnnxGenaiModel,
         OnnxGenaiEngine,
         OnnxGenaiTokenizer.load,
+        # No log probabilities or logit bias: onnxruntime-genai exposes neither per token.
+        capabilities=Capabilities(
+            structured_output=True, tools=True, fill_in_middle=True, multiple_choices=True
+        ),
         inspector=inspect_onnx_genai,
         folder_model=True,  # a source may name its genai_config.json
     )
@@ -180,10 +184,6 @@ register_engine(
         ),
     )
 )
-        # No log probabilities or logit bias: onnxruntime-genai exposes neither per token.
-        capabilities=Capabilities(
-            structured_output=True, tools=True, fill_in_middle=True, multiple_choices=True
-        ),
 
 
 def inspect_model(model_id: str, config: ModelConfig, base_dir: Path) -> ModelFacts | None:

@@ -394,6 +394,10 @@ class Engine(ABC):
     def pending(self) -> int:
         """Jobs submitted and not finished: the queue depth the auto cost model reads."""
 
+    def waiting(self) -> int:
+        """Jobs admitted to no slot yet (what routes.yaml's queued_over reads)."""
+        return 0
+
     @abstractmethod
     async def close(self) -> None:
         """Stop the worker and free the model."""

@@ -290,6 +290,9 @@ class LlamaCppEngine(Engine):
     def pending(self) -> int:
         return self._runner.pending.value if self._runner else 0
 
+    def waiting(self) -> int:
+        return self._runner.waiting() if self._runner else 0
+
     async def close(self) -> None:
         # Off the event loop: joining the scheduler thread and freeing the KV cache and the
         # weights takes a while, and an unload may happen while other models serve.

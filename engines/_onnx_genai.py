@@ -225,6 +225,9 @@ class OnnxGenaiEngine(Engine):
         return self._worker.pending.value if self._worker else 0
 
     async def close(self) -> None:
+    def waiting(self) -> int:
+        return self._worker.waiting() if self._worker else 0
+
         if self._worker is not None:
             await asyncio.to_thread(self._worker.close)  # joins its thread: off the event loop
         # Dropping the last references frees the ONNX Runtime sessions and their memory.

@@ -182,6 +182,9 @@ class GenerationWorker:
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         return stream_task(self._room.submit, job, self.pending)
 
+    def waiting(self) -> int:
+        return self._room.waiting()
+
     def close(self) -> None:
         self._room.close()
         self._thread.join(timeout=30)

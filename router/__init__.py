@@ -32,6 +32,7 @@ from zest.router._rules import (
     SimilarTo,
     compile_regex,
 )
+from zest.router._rules_check import phrases_of, rule_warnings, tightened, walk_conditions
 from zest.router._schema import (
     DEVICES,
     ENGINE_MODELS,
@@ -128,5 +129,9 @@ __all__ = [
     "parse_device",
     "parse_routes",
     "parse_seconds",
+    "phrases_of",
     "plan_route",
+    "rule_warnings",
+    "tightened",
+    "walk_conditions",
 ]

@@ -16,8 +16,18 @@ __all__ = [
     "phrases_of",
     "rule_problems",
     "rule_warnings",
+    "tightened",
     "walk_conditions",
 ]
+
+
+def tightened(target: RouteConfig, caller: RouteConfig) -> RouteConfig:
+    """`target` with the stricter of the two privacies: privacy only tightens along a rule (or
+    a condition's route), so a local_only request moved to a route with a remote fallback
+    runs without that fallback."""
+    if caller.privacy == "local_only" and target.privacy != "local_only":
+        return target.model_copy(update={"privacy": "local_only"})
+    return target
 
 
 def walk_conditions(condition: Condition, at: str) -> Iterator[tuple[Condition, str]]:

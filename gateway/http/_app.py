@@ -54,6 +54,7 @@ from zest.gateway.serving import (
     CompletionRequest,
     Embedded,
     EmbeddingRequest,
+    Generation,
     Reloader,
     ResponsesRequest,
     Runtime,
@@ -96,6 +97,8 @@ async def _respond(
     request.state[AFFINITY_STATE] = request_affinity(
         request.headers, name, inputs.get("messages"), inputs.get("prompt")
     )
+    if request.headers.get("x-zest-route-trace") == "1":  # as route_trace: true in the body
+        body = body.model_copy(update={"route_trace": True})
     # Watched from arrival: a client gone while queued or prefilling cancels its generation.
     gens = await _unless_disconnected(
         request,
@@ -104,6 +107,7 @@ async def _respond(
         ),
     )
     gen = gens[0]  # what served the first choice is what the headers show
+    _metadata_read(request, gen)
     if body.stream:
         headers = {**route_headers(gen), **_request_headers(request, request_id)}
         return _event_stream(sse_events(gens, kind, name, body.include_usage(), echo), headers)
@@ -117,6 +121,13 @@ async def _respond(
     return Response(
         payload, headers={**route_headers(gen), **_request_headers(request, request_id)}
     )
+
+
+def _metadata_read(request: Request[Any, Any, Any], gen: Generation) -> None:
+    """`metadata` changed nothing unless the task's rules read it (x-zest-ignored says so)."""
+    ignored = request.state.get(IGNORED)
+    if ignored and "metadata" in ignored and gen.ruled:
+        request.state[IGNORED] = [name for name in ignored if name != "metadata"]
 
 
 def _request_id(request: Request[Any, Any, Any]) -> str:
@@ -249,6 +260,8 @@ async def responses(
     """OpenAI's Responses API on chat tasks: text in and out, instructions, streaming events,
     tools and text.format as on /v1/chat/completions."""
     body = await parse_body(request, ResponsesRequest)
+    if request.headers.get("x-zest-route-trace") == "1":
+        body = body.model_copy(update={"route_trace": True})
     request_id = _request_id(request)
     request.state[AFFINITY_STATE] = request_affinity(request.headers, body.model, body.messages())
     sampling = body.sampling()
@@ -263,8 +276,10 @@ async def responses(
             messages=body.messages(),
             tools=body.tool_use(),
             events=record,
+            routing=body.routing_inputs(),
         ),
     )
+    _metadata_read(request, gen)
     shape = ResponseShape(gen, body)
     headers = {**route_headers(gen), **_request_headers(request, request_id)}
     if body.stream:
@@ -552,7 +567,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         },
         lifespan=[lifespan],
         before_send=[replica_header(settings.replica())],
-        guards=[_drain_guard(runtime), security.guard],
+        guards=[_drain_guard(runtime), *security.guards],
         cors_config=security.cors,
         request_max_body_size=security.max_body_bytes,
         openapi_config=None,

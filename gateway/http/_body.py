@@ -118,7 +118,7 @@ def _validated(request: Request[Any, Any, Any], schema: type[Body], data: dict[s
     if isinstance(data.get("model"), str):  # what the body asks for, even if it is invalid
         request.state[REQUESTED_TASK] = data["model"]
     if issubclass(schema, SamplingFields | EmbeddingRequest | ResponsesRequest):
-        request.state[IGNORED] = _drop_ignored(data)
+        request.state[IGNORED] = _drop_ignored(data, kept=set(schema.model_fields))
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
@@ -153,11 +153,14 @@ def _is_text(value: str) -> bool:
     return True
 
 
-def _drop_ignored(data: dict[str, Any]) -> list[str]:
-    """Take out the fields that change nothing for a local model; return their names."""
+def _drop_ignored(data: dict[str, Any], kept: set[str]) -> list[str]:
+    """Take out the fields that change nothing for a local model; return their names. One the
+    body model declares (`metadata`, which routing rules read) stays: the request path takes
+    it off the list if a rule read it."""
     ignored = [name for name in IGNORED_FIELDS if name in data]
     for name in ignored:
-        del data[name]
+        if name not in kept:
+            del data[name]
     if ignored:
         log.debug("ignored fields that change nothing here: %s", ", ".join(ignored))
     return ignored

@@ -37,6 +37,8 @@ _ID_PREFIX = {"chat": "chatcmpl-", "completion": "cmpl-"}
 def route_headers(gen: Generation) -> dict[str, str]:
     """The x-zest-* headers: what served the request, its plan, fallbacks, trimming, stages."""
     headers = served_headers(gen.plan.task, gen.info, gen.attempt.reason, gen.fallbacks)
+    if gen.decision is not None:
+        headers["x-zest-rule"] = header_value(gen.decision.rule_label)
     if gen.trimmed is not None:
         headers["x-zest-trimmed"] = trimmed_header(gen.trimmed)
     stats = gen.final_stats or gen.first.stats
@@ -69,6 +71,8 @@ def zest_extension(gen: Generation) -> dict[str, Any]:
         }
     if gen.approximate:
         info["approximate_tokens"] = True
+    if gen.decision is not None:  # the routing decision: route_to, matched_rule, ...
+        info.update(gen.decision.as_dict(with_trace=gen.trace))
     return info
 
 

@@ -17,6 +17,7 @@ EXPOSED_HEADERS = [
     "x-zest-route",
     "x-zest-plan",
     "x-zest-fallbacks",
+    "x-zest-rule",
     "x-zest-trimmed",
     "x-zest-pipeline",
     "x-zest-ignored",

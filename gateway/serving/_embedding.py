@@ -11,7 +11,7 @@ from zest.errors import BadRequestError, RequestError
 from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._runtime import Runtime
-from zest.router import Attempt, Plan, find_route
+from zest.router import Attempt, Plan, RouteConfig, find_route, tightened
 
 __all__ = ["MAX_INPUTS", "Embedded", "embed_inputs"]
 
@@ -33,8 +33,15 @@ class Embedded:
 
 
 async def embed_inputs(
-    runtime: Runtime, name: str, texts: list[str], events: RequestEvents | None = None
+    runtime: Runtime,
+    name: str,
+    texts: list[str],
+    events: RequestEvents | None = None,
+    *,
+    privacy_of: RouteConfig | None = None,
 ) -> Embedded:
+    """`privacy_of`: the route whose text this is (a routing condition's): the embedding
+    route's privacy is tightened to it, so a local_only route's text never leaves."""
     events = events or RequestEvents()
     events.task_named(name)
     if not texts or len(texts) > MAX_INPUTS:
@@ -43,6 +50,8 @@ async def embed_inputs(
         raise BadRequestError("an input is empty: send some text in each", param="input")
     routes = runtime.routes
     route = find_route(name, "embedding", routes.config)
+    if privacy_of is not None:
+        route = tightened(route, privacy_of)
     plan = runtime.plan(routes, name, route, prompt_tokens=0)
     fallbacks: list[str] = []
     for index, attempt in enumerate(plan.attempts):

@@ -32,6 +32,7 @@ from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._requests import ChatMessage, SamplingFields
+from zest.gateway.serving._routing import Routed, RouteInputs, route_by_content, uses_token_count
 from zest.gateway.serving._runtime import Runtime
 from zest.gateway.serving._timeouts import Deadline, first_delta, next_delta
 from zest.gateway.serving._tokens import Tokens
@@ -46,12 +47,14 @@ from zest.policies import (
 )
 from zest.router import (
     Attempt,
+    Decision,
     LoadedRoutes,
     Needs,
     Plan,
     ResponseFormat,
     RouteConfig,
     find_route,
+    tightened,
 )
 
 __all__ = ["Generation", "build_prompt", "close_all", "start_choices", "start_generation"]
@@ -86,6 +89,11 @@ class Generation:
     activity: Activity | None = None
     # The engine's job: flagging it stops the generation without awaiting anything.
     job: GenerationJob | None = None
+    # The routing decision that chose the route (a task without rules: the default), and
+    # whether the request asked for its trace (route_trace, x-zest-route-trace).
+    decision: Decision | None = None
+    trace: bool = False
+    ruled: bool = False  # the task has rules (they read the request's metadata)
 
     @property
     def approximate(self) -> bool:
@@ -160,6 +168,8 @@ async def start_choices(
         for i in range(body.n)
     ]
     group = ChoiceGroup(body.n) if body.n > 1 else None  # admitted to the model's slots together
+    if "routed" not in inputs:  # routed once: every choice is served by the same route
+        inputs["routed"] = await route_request(runtime, name, kind, body, inputs)
     starts = [
         asyncio.ensure_future(
             start_generation(
@@ -218,11 +228,22 @@ async def start_generation(
     tools: ToolUse | None = None,
     events: RequestEvents | None = None,
     group: ChoiceGroup | None = None,
+    routed: Routed | None = None,
+    routing: RouteInputs | None = None,
+    privacy_of: RouteConfig | None = None,
 ) -> Generation:
+    """`routed`: the route chosen by the task's rules (None: decided here, `routing` being
+    what the rules read, else the messages' or prompt's text); `privacy_of`: the route whose
+    text this is (a routing condition's request): privacy only tightens."""
     events = events or RequestEvents()
     events.task_named(name)
     routes = runtime.routes  # this request's table, to its end, whatever a reload does
-    route = find_route(name, kind, routes.config)
+    if routed is None:
+        inputs = {"messages": messages, "prompt": prompt, "tools": tools, "routing": routing}
+        routed = await route_request(runtime, name, kind, body, inputs)
+    name, route = routed.task, routed.route
+    if privacy_of is not None:
+        route = tightened(route, privacy_of)
     _check_tools(name, route, tools)
     asked = build_prompt(route, kind, messages, prompt, tools, suffix=suffix)
     deadline = Deadline.start(name, route.timeouts)
@@ -238,7 +259,38 @@ async def start_generation(
         activity.close()
         raise
     gen.activity = activity
+    gen.decision, gen.trace, gen.ruled = routed.decision, bool(body.route_trace), routed.ruled
     return gen
+
+
+async def route_request(
+    runtime: Runtime, name: str, kind: Kind, body: SamplingFields, inputs: dict[str, Any]
+) -> Routed:
+    """The route that serves this request: the task's own, or the one its rules choose."""
+    routes = runtime.routes
+    route = find_route(name, kind, routes.config)
+    if not route.rules:
+        return Routed(name, route, Decision(name, None), ruled=False)
+    messages, prompt = inputs.get("messages"), inputs.get("prompt")
+    given = inputs.get("routing") or RouteInputs(
+        routing_text(messages, prompt),
+        metadata=dict(body.metadata or {}),
+        has_tools=inputs.get("tools") is not None,
+    )
+    counted = 0
+    if uses_token_count(route):
+        asked = build_prompt(route, kind, messages, prompt, inputs.get("tools"))
+        counted = await runtime.count_prompt(routes, route.model, asked)
+    return await route_by_content(runtime, routes, name, route, given, prompt_tokens=counted)
+
+
+def routing_text(messages: Sequence[ChatMessage] | None, prompt: str | None) -> str:
+    """What the rules read: the last user message's text parts joined with newlines (chat),
+    or the prompt (completions)."""
+    if messages is None:
+        return prompt or ""
+    users = [m for m in messages if m.role == "user"]
+    return users[-1].routing_text() if users else ""
 
 
 def _needs(

@@ -36,6 +36,7 @@ __all__ = [
 
 MAX_STOPS = 16
 MAX_CHOICES = 8
+MAX_METADATA = 16  # OpenAI's own limit
 INT64 = 2**63 - 1  # the largest seed (OpenAI's is an int64) and count taken
 INT32 = 2**31 - 1
 # What a validator checks, said in the JSON Schema too (the OpenAPI document); the validator
@@ -52,7 +53,7 @@ Number = Annotated[float, Strict(), AllowInfNan(False)]
 # answer is never here: unsupported, it stays a 400 naming it.
 IGNORED_FIELDS: dict[str, str] = {
     "store": "zest keeps no stored completions",
-    "metadata": "tags for OpenAI's stored completions",
+    "metadata": "read only by routes.yaml rules, and the task has none",
     "user": "an end-user id for OpenAI's abuse monitoring",
     "safety_identifier": "an end-user id for OpenAI's abuse monitoring",
     "prompt_cache_key": "zest's prefix cache needs no key",
@@ -97,6 +98,12 @@ class ChatMessage(_Body):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+    def routing_text(self) -> str:
+        """The text routing rules read: a content array's text parts joined with newlines."""
+        if isinstance(self.content, list):
+            return "\n".join(part.text for part in self.content)
+        return self.text()
 
     def as_sent(self) -> dict[str, str]:
         """This turn as the model reads it: a call as the JSON it answers in (see _tools), a
@@ -146,6 +153,26 @@ class SamplingFields(_Body):
     response_format: ResponseFormat | None = None
     # Token id (as a string, OpenAI's spelling) -> a bias added to its logit (-100 bans it).
     logit_bias: dict[str, Number] | None = None
+    # OpenAI's tags of a request (at most 16; keys up to 64 characters, values up to 512):
+    # what routes.yaml rules' metadata conditions read.
+    metadata: dict[str, str] | None = None
+    # Lemonade's field: answer with the routing decision's trace (also x-zest-route-trace: 1).
+    route_trace: StrictBool | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, metadata: dict[str, str] | None) -> dict[str, str] | None:
+        if metadata is None:
+            return None
+        if len(metadata) > MAX_METADATA:
+            raise ValueError(f"metadata holds at most {MAX_METADATA} keys, got {len(metadata)}")
+        for key, value in metadata.items():
+            if len(key) > 64 or len(value) > 512:
+                raise ValueError(
+                    f"metadata keys are at most 64 characters and values at most 512 "
+                    f"(OpenAI's limits): {shown(key)} is over"
+                )
+        return metadata
 
     @field_validator("stop")
     @classmethod

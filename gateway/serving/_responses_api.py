@@ -3,11 +3,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictInt,
+    Tag,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
 
+from zest.errors import shown
 from zest.gateway.serving._requests import INT64, ChatMessage, Number, SamplingFields
+from zest.gateway.serving._routing import RouteInputs
 from zest.gateway.serving._tools import (
     Function,
     NamedToolChoice,
@@ -59,7 +72,51 @@ class FunctionCallOutput(_Body):
     output: str
 
 
-InputItem = InputMessage | FunctionCallItem | FunctionCallOutput
+class UnknownItem(_Body):
+    """An item of a kind zest does not read (reasoning, a file search call, ...): refused."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Any
+
+    @field_validator("type")
+    @classmethod
+    def _refuse(cls, kind: Any) -> Any:
+        raise ValueError(
+            f"an item of type {shown(kind)} is not one zest reads: send message, function_call "
+            "and function_call_output items"
+        )
+
+
+_ITEM_TAGS = {
+    "message": "Message",
+    "function_call": "FunctionCall",
+    "function_call_output": "FunctionCallOutput",
+}
+
+
+def _item_tag(item: Any) -> str | None:
+    """The item's model, by its type (a message may leave it out); tags are capitalised, as
+    union members, so that an error's key path is the client's (see http._body_errors)."""
+    if not isinstance(item, dict):
+        return None  # not an object: the discriminator's error says so
+    kind = item.get("type", "message")
+    return _ITEM_TAGS.get(kind, "Unknown") if isinstance(kind, str) else "Unknown"
+
+
+InputItem = Annotated[
+    Annotated[InputMessage, Tag("Message")]
+    | Annotated[FunctionCallItem, Tag("FunctionCall")]
+    | Annotated[FunctionCallOutput, Tag("FunctionCallOutput")]
+    | Annotated[UnknownItem, Tag("Unknown"), SkipJsonSchema()],
+    Discriminator(
+        _item_tag,
+        custom_error_type="item_not_object",
+        custom_error_message=(
+            'an input item is an object: send a message ({"role": "user", "content": "..."}) '
+            "or a function_call or function_call_output item"
+        ),
+    ),
+]
 
 
 class FunctionTool(_Body):
@@ -104,7 +161,10 @@ class TextOptions(_Body):
 
 class ResponsesRequest(_Body):
     model: str
-    input: str | list[InputItem] = Field(json_schema_extra={"minItems": 1, "minLength": 1})
+    # Continuing a stored response needs storage zest does not keep: refused, saying what to
+    # send instead (checked before the input, whose call ids it would explain).
+    previous_response_id: None = None
+    input: list[InputItem] | str = Field(json_schema_extra={"minItems": 1, "minLength": 1})
     instructions: str | None = None
     max_output_tokens: StrictInt | None = Field(default=None, ge=1, le=INT64)
     temperature: Number | None = Field(default=None, ge=0.0, le=2.0)
@@ -114,8 +174,36 @@ class ResponsesRequest(_Body):
     tool_choice: Literal["auto", "none", "required"] | FunctionChoice | None = None
     parallel_tool_calls: StrictBool | None = None
     text: TextOptions | None = None
-    # Continuing a stored response needs storage zest does not keep: send the whole input.
-    previous_response_id: None = None
+    # What routes.yaml rules' metadata conditions read (OpenAI's limits: see SamplingFields).
+    metadata: dict[str, str] | None = None
+    # Lemonade's field: answer with the routing decision's trace.
+    route_trace: StrictBool | None = None
+
+    @field_validator("previous_response_id", mode="before")
+    @classmethod
+    def _no_stored_responses(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError(
+                "zest keeps no responses to continue from: send the whole conversation in "
+                "input (the earlier turns, and each function_call item before its "
+                "function_call_output) and leave previous_response_id out"
+            )
+
+    @field_validator("input")
+    @classmethod
+    def _outputs_answer_calls(cls, items: str | list[InputItem]) -> str | list[InputItem]:
+        called: set[str] = set()
+        for index, item in enumerate(items if isinstance(items, list) else []):
+            if isinstance(item, FunctionCallItem):
+                called.add(item.call_id)
+            elif isinstance(item, FunctionCallOutput) and item.call_id not in called:
+                raise ValueError(
+                    f"item {index} (function_call_output) answers call_id "
+                    f"{shown(item.call_id)}, which no function_call item before it has: send "
+                    "the function_call item (its call_id, name and arguments, as the answer "
+                    "gave them) before its output"
+                )
+        return items
 
     @model_validator(mode="after")
     def _some_input(self) -> ResponsesRequest:
@@ -138,6 +226,17 @@ class ResponsesRequest(_Body):
             top_p=self.top_p,
             stream=self.stream,
             response_format=fmt.as_response_format() if fmt else None,
+            metadata=self.metadata,
+            route_trace=self.route_trace,
+        )
+
+    def routing_inputs(self) -> RouteInputs:
+        """What routing rules read: a string input, else the last user item's text parts
+        joined with newlines (Lemonade's choice for the Responses API)."""
+        return RouteInputs(
+            _routing_text(self.input),
+            metadata=dict(self.metadata or {}),
+            has_tools=bool(self.tools),
         )
 
     def tool_use(self) -> ToolUse | None:
@@ -163,6 +262,16 @@ class ResponsesRequest(_Body):
         return tool_use_for(tools, choice, schema, self.parallel_tool_calls)
 
 
+def _routing_text(items: str | list[InputItem]) -> str:
+    if isinstance(items, str):
+        return items
+    users = [i for i in items if isinstance(i, InputMessage) and i.role == "user"]
+    if not users:
+        return ""
+    content = users[-1].content
+    return content if isinstance(content, str) else "\n".join(p.text for p in content)
+
+
 def _as_chat(item: InputItem) -> ChatMessage:
     if isinstance(item, InputMessage):
         return ChatMessage(role=item.role, content=item.text())
@@ -171,4 +280,6 @@ def _as_chat(item: InputItem) -> ChatMessage:
             {"id": item.call_id, "function": {"name": item.name, "arguments": item.arguments}}
         )
         return ChatMessage(role="assistant", tool_calls=[call])
-    return ChatMessage(role="tool", tool_call_id=item.call_id, content=item.output)
+    if isinstance(item, FunctionCallOutput):
+        return ChatMessage(role="tool", tool_call_id=item.call_id, content=item.output)
+    raise TypeError(f"{type(item).__name__} is never a validated item")  # UnknownItem refuses

@@ -255,6 +255,7 @@ class Runtime:
             prompt_tokens=prompt_tokens,
             load=self.queue_depths(),
             strict_privacy=self.strict_privacy,
+            needs=needs,
         )
 
     async def count_prompt(self, routes: LoadedRoutes, model_id: str, prompt: Prompt) -> int:
@@ -281,6 +282,13 @@ class Runtime:
                     continue
                 contexts[model_id] = tokenizer.context_length if tokenizer else None
         return contexts
+
+    def waiting_for(self, routes: LoadedRoutes, task: str) -> int:
+        """Requests waiting for a slot of the model of route `task`, on any placement."""
+        route = routes.config.routes.get(task)
+        if route is None:
+            return 0
+        return sum(entry.engine.waiting() for entry in self.pool.find(route.model))
 
     def queue_depths(self) -> dict[str, int]:
         depths: dict[str, int] = {}
@@ -311,7 +319,6 @@ class Runtime:
         return Placement(device, device)
 
     def preload_targets(self, routes: LoadedRoutes) -> list[PreloadTarget]:
-            needs=needs,
         """`lifecycle.preload: routes`: each route's first attempt (fatal when the route has
         no fallback); a list: those models, where their routes first place them."""
         config = routes.config

@@ -1,0 +1,281 @@
+"""Routing by content: a task's rules decide which route serves a request, before it is planned.
+
+The decision itself is router.decide (pure; the same code `zest explain` and `zest route test`
+run). Here are what it reads from a request (the routing text, metadata, flags, a token count)
+and the model-backed conditions it may ask for: a similar_to embeds the text with its route
+(phrases embedded once per routes table), a classify asks its route for one label (the answer
+constrained to the labels). Each runs as an ordinary request of its route, only when the
+evaluation reaches it, within its timeout, and its result is cached by condition and text.
+
+Privacy only tightens along a rule: the target route serves with the stricter of the two
+privacies, and a model-backed condition never sends a local_only route's text out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cachetools import LRUCache, TTLCache
+
+from zest.errors import RequestError
+from zest.gateway.serving._embedding import embed_inputs
+from zest.gateway.serving._runtime import Runtime
+from zest.router import (
+    Classify,
+    Decision,
+    LoadedRoutes,
+    ModelResult,
+    Pending,
+    ResponseFormat,
+    RouteConfig,
+    RouteInput,
+    SimilarTo,
+    decide,
+    phrases_of,
+    tightened,
+    walk_conditions,
+)
+
+__all__ = [
+    "ORACLE",
+    "RouteInputs",
+    "Routed",
+    "RoutingOracle",
+    "route_by_content",
+    "uses_token_count",
+]
+
+log = logging.getLogger("zest.gateway")
+
+_TOKEN_KINDS = ("min_prompt_tokens", "max_prompt_tokens")
+
+
+@dataclass(frozen=True)
+class RouteInputs:
+    """What of a request the rules read (README, Routing by content, says which part)."""
+
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    has_tools: bool = False
+    has_images: bool = False
+
+
+@dataclass(frozen=True)
+class Routed:
+    """The route that serves a request, and the decision that chose it (None: no rules)."""
+
+    task: str
+    route: RouteConfig
+    decision: Decision | None = None
+    ruled: bool = True  # whether the task has rules (which read the request's metadata)
+
+    @property
+    def rule_label(self) -> str | None:
+        return None if self.decision is None else self.decision.rule_label
+
+
+def uses_token_count(route: RouteConfig) -> bool:
+    return any(
+        getattr(condition, kind) is not None
+        for rule in route.rules
+        for condition, _ in walk_conditions(rule.when, "")
+        for kind in _TOKEN_KINDS
+    )
+
+
+async def route_by_content(
+    runtime: Runtime,
+    routes: LoadedRoutes,
+    task: str,
+    route: RouteConfig,
+    inputs: RouteInputs,
+    *,
+    prompt_tokens: int = 0,
+    oracle: RoutingOracle | None = None,
+) -> Routed:
+    """Evaluate `route`'s rules over the request; the target serves with everything it
+    declares (one hop: its own rules are not applied), its privacy tightened to the caller's."""
+    if not route.rules:
+        return Routed(task, route, Decision(task, None), ruled=False)
+    given = RouteInput(
+        inputs.text,
+        inputs.metadata,
+        inputs.has_tools,
+        inputs.has_images,
+        prompt_tokens=lambda: prompt_tokens,
+        waiting=lambda name: runtime.waiting_for(routes, name),
+    )
+    oracle = oracle or ORACLE
+    results: dict[SimilarTo | Classify, ModelResult] = {}
+    while isinstance(outcome := decide(task, route.rules, given, results), Pending):
+        condition = outcome.condition
+        results[condition] = await oracle.resolve(runtime, routes, route, condition, inputs.text)
+    if outcome.route_to == task:
+        return Routed(task, route, outcome)
+    target = routes.config.routes[outcome.route_to]
+    return Routed(outcome.route_to, tightened(target, route), outcome)
+
+
+@dataclass
+class RoutingOracle:
+    """Model-backed results, cached by routes table, condition and text (a reload starts
+    afresh: its phrases and routes may differ)."""
+
+    results: TTLCache[tuple[int, Any, str], ModelResult] = field(
+        default_factory=lambda: TTLCache(maxsize=4096, ttl=600)
+    )
+    phrases: LRUCache[tuple[int, str, str], list[tuple[float, ...]]] = field(
+        default_factory=lambda: LRUCache(maxsize=256)
+    )
+    # Told of each model-backed evaluation: (kind, seconds, cached) for the metrics.
+    observers: list[Any] = field(default_factory=list)
+
+    async def resolve(
+        self,
+        runtime: Runtime,
+        routes: LoadedRoutes,
+        caller: RouteConfig,
+        condition: SimilarTo | Classify,
+        text: str,
+    ) -> ModelResult:
+        key = (
+            id(routes.config),
+            condition,
+            hashlib.sha256(text.encode("utf-8", "replace")).hexdigest(),
+        )
+        kind = "similar_to" if isinstance(condition, SimilarTo) else "classify"
+        if (found := self.results.get(key)) is not None:
+            self._observe(kind, 0.0, cached=True)
+            return ModelResult(found.score, found.label, found.error, cached=True)
+        started = time.perf_counter()
+        result = await self._timed(runtime, routes, caller, condition, text)
+        self._observe(kind, time.perf_counter() - started, cached=False)
+        if result.error is None:  # a failure is tried again next time
+            self.results[key] = result
+        return result
+
+    def _observe(self, kind: str, seconds: float, *, cached: bool) -> None:
+        for observer in self.observers:
+            observer(kind, seconds, cached)
+
+    async def _timed(
+        self,
+        runtime: Runtime,
+        routes: LoadedRoutes,
+        caller: RouteConfig,
+        condition: SimilarTo | Classify,
+        text: str,
+    ) -> ModelResult:
+        try:
+            if isinstance(condition, SimilarTo):
+                work = self._similarity(runtime, routes, caller, condition, text)
+            else:
+                work = _classify(runtime, routes, caller, condition, text)
+            return await asyncio.wait_for(work, condition.timeout_s)
+        except TimeoutError:
+            return ModelResult(error=f"timed out after {condition.timeout_s:g} s")
+        except RequestError as exc:
+            log.warning("routing condition via %s failed: %s", condition.via, exc.message)
+            return ModelResult(error=exc.message)
+
+    async def _similarity(
+        self,
+        runtime: Runtime,
+        routes: LoadedRoutes,
+        caller: RouteConfig,
+        condition: SimilarTo,
+        text: str,
+    ) -> ModelResult:
+        phrases = await self._phrase_vectors(runtime, routes, caller, condition)
+        embedded = await embed_inputs(runtime, condition.via, [text or " "], privacy_of=caller)
+        vector = embedded.result.vectors[0]
+        return ModelResult(score=max(_cosine(vector, phrase) for phrase in phrases))
+
+    async def _phrase_vectors(
+        self, runtime: Runtime, routes: LoadedRoutes, caller: RouteConfig, condition: SimilarTo
+    ) -> list[tuple[float, ...]]:
+        key = (id(routes.config), condition.via, condition.label)
+        if (vectors := self.phrases.get(key)) is None:
+            phrases = list(phrases_of(routes.config, caller)[condition.label])
+            embedded = await embed_inputs(runtime, condition.via, phrases, privacy_of=caller)
+            vectors = self.phrases[key] = list(embedded.result.vectors)
+        return vectors
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norms if norms else 0.0
+
+
+async def _classify(
+    runtime: Runtime, routes: LoadedRoutes, caller: RouteConfig, condition: Classify, text: str
+) -> ModelResult:
+    """One label from the classify route, its answer constrained to the labels (a JSON
+    string among them); the score is the answer's probability under the model."""
+    from zest.gateway.serving._generation import start_generation
+    from zest.gateway.serving._requests import ChatMessage, ChatRequest, CompletionRequest
+
+    via = routes.config.routes[condition.via]
+    answer_format = ResponseFormat.model_validate(
+        {
+            "type": "json_schema",
+            "json_schema": {"name": "label", "schema": {"enum": list(condition.labels)}},
+        }
+    )
+    common: dict[str, Any] = {
+        "model": condition.via,
+        "temperature": 0.0,
+        "max_tokens": 32,
+        "response_format": answer_format,
+    }
+    if via.kind == "chat":
+        body: Any = ChatRequest(
+            messages=[
+                ChatMessage(role="system", content=condition.prompt),
+                ChatMessage(role="user", content=text or " "),
+            ],
+            logprobs=condition.min_score is not None,
+            **common,
+        )
+        inputs: dict[str, Any] = {"messages": body.messages}
+    else:
+        prompt = _completion_prompt(condition.prompt, text)
+        body = CompletionRequest(
+            prompt=prompt, logprobs=0 if condition.min_score is not None else None, **common
+        )
+        inputs = {"prompt": prompt}
+    gen = await start_generation(
+        runtime,
+        condition.via,
+        kind=via.kind,  # type: ignore[arg-type]
+        body=body,
+        request_id="routing",
+        privacy_of=caller,
+        **inputs,
+    )
+    answer, logprob = "", 0.0
+    async for delta in gen.deltas():
+        answer += delta.text
+        logprob += sum(token.logprob for token in delta.logprobs)
+    label = json.loads(answer)
+    score = math.exp(logprob) if condition.min_score is not None else None
+    return ModelResult(score=score, label=str(label))
+
+
+def _completion_prompt(prompt: str, text: str) -> str:
+    """A completion route's classifier prompt: `{input}` stands for the text, else it follows."""
+    if "{input}" in prompt:
+        return prompt.replace("{input}", text)
+    return f"{prompt}{text}"
+
+
+ORACLE = RoutingOracle()  # one per process: its caches are keyed by routes table
