@@ -813,6 +813,54 @@ def field_abuse() -> Iterator[Case]:
         yield case(f"stream/{name}", post(path, body), {200, 400})
 
 
+# -- what zest cannot serve, refused with what to send instead (issue 22) ---------------------
+
+RESPONSES_WITH = b'{"model":"chat","max_output_tokens":1,'
+PLAIN_REFUSALS: list[tuple[str, str, bytes, str, str]] = [
+    (
+        "responses/unknown-item-type",
+        "/v1/responses",
+        RESPONSES_WITH + b'"input":[{"role":"user","content":"Hi"},{"type":"reasoning"}]}',
+        "input.1.type",
+        "an item of type 'reasoning' is not one zest reads: send message, function_call",
+    ),
+    (
+        "responses/item-not-an-object",
+        "/v1/responses",
+        RESPONSES_WITH + b'"input":["Hi"]}',
+        "input.0",
+        "an input item is an object",
+    ),
+    (
+        "responses/previous-response-id",
+        "/v1/responses",
+        RESPONSES_WITH + b'"input":"Hi","previous_response_id":"resp_1"}',
+        "previous_response_id",
+        "zest keeps no responses to continue from: send the whole conversation in input",
+    ),
+    (
+        "responses/output-answering-no-call",
+        "/v1/responses",
+        RESPONSES_WITH
+        + b'"input":[{"type":"function_call_output","call_id":"c9","output":"sunny"}]}',
+        "input",
+        "answers call_id 'c9', which no function_call item before it has",
+    ),
+    (
+        "chat/n-above-the-model-s-slots",  # smollm2 decodes 4 sequences at once (the default)
+        "/v1/chat/completions",
+        CHAT_WITH + b'"n":8}',
+        "n",
+        "at most 4 sequences at once (options.parallel in routes.yaml): ask for n: 4 or fewer",
+    ),
+]
+
+
+def plain_refusals() -> Iterator[Case]:
+    for name, path, body, param, message in PLAIN_REFUSALS:
+        yield case(f"refused/{name}", post(path, body), 400, param, message)
+
+
 # -- grammar bombs: schemas whose grammar would crash or stall llama.cpp, at every entry ------
 BOMBS: list[tuple[str, bytes, str]] = [
     ("max-length", b'{"type":"string","maxLength":100000}', "maxLength 100000 is over"),

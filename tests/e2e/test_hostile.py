@@ -19,6 +19,7 @@ from tests.e2e.hostile_corpus import (
     field_abuse,
     grammar_bombs,
     hostile_strings,
+    plain_refusals,
 )
 from tests.e2e.hostile_http import body_limit, headers, methods, paths
 from tests.e2e.rawhttp import Reply, send
@@ -29,6 +30,7 @@ CORPUS: list[Case] = [
     *extreme_numbers(),
     *field_abuse(),
     *grammar_bombs(),
+    *plain_refusals(),
     *paths(),
     *methods(),
     *headers(),

@@ -1,7 +1,14 @@
-"""The Responses API's input as the chat turns the engine is given (pure translation)."""
+"""The Responses API's input as the chat turns the engine is given (pure translation), and the
+exact 400 of an input zest cannot read."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from zest.gateway.http._body_errors import validation_error
 from zest.gateway.serving._responses_api import ResponsesRequest
 
 
@@ -38,3 +45,71 @@ def test_input_items_follow_the_instructions_in_order() -> None:
     assert call is not None
     assert call[0].function.name == "w"
     assert request.messages()[3].content == "sunny"
+
+
+def refusal(body: dict[str, Any]) -> tuple[str | None, str]:
+    """The 400 a body gets: its param and message, as the endpoint answers them."""
+    with pytest.raises(ValidationError) as refused:
+        ResponsesRequest.model_validate(body)
+    error = validation_error(refused.value, ResponsesRequest)
+    return error.param, error.message
+
+
+@pytest.mark.parametrize(
+    ("item", "shown"), [({"type": "reasoning", "summary": []}, "'reasoning'"), ({"type": 5}, "5")]
+)
+def test_an_item_of_an_unknown_type_is_named_with_the_types_zest_reads(
+    item: dict[str, Any], shown: str
+) -> None:
+    body = {"model": "chat", "input": [{"role": "user", "content": "Hi"}, item]}
+    assert refusal(body) == (
+        "input.1.type",
+        f"input.1.type: an item of type {shown} is not one zest reads: send message, "
+        "function_call and function_call_output items",
+    )
+
+
+def test_an_item_that_is_no_object_says_what_an_item_is() -> None:
+    assert refusal({"model": "chat", "input": ["Hi"]}) == (
+        "input.0",
+        'input.0: an input item is an object: send a message ({"role": "user", "content": '
+        "\"...\"}) or a function_call or function_call_output item, got 'Hi'",
+    )
+
+
+def test_an_item_s_own_mistake_is_named_at_its_key() -> None:
+    body = {"model": "chat", "input": [{"type": "function_call", "call_id": "c1", "name": "w"}]}
+    assert refusal(body) == ("input.0.arguments", "input.0.arguments: missing required parameter")
+
+
+def test_previous_response_id_says_to_send_the_whole_conversation() -> None:
+    """Checked first: a client continuing a response sends only the newest items, whose call
+    ids the refusal explains."""
+    body = {
+        "model": "chat",
+        "previous_response_id": "resp_123",
+        "input": [{"type": "function_call_output", "call_id": "c1", "output": "sunny"}],
+    }
+    assert refusal(body) == (
+        "previous_response_id",
+        "previous_response_id: zest keeps no responses to continue from: send the whole "
+        "conversation in input (the earlier turns, and each function_call item before its "
+        "function_call_output) and leave previous_response_id out",
+    )
+
+
+def test_a_function_call_output_must_follow_its_call() -> None:
+    body = {
+        "model": "chat",
+        "input": [
+            {"role": "user", "content": "What is the weather in Paris?"},
+            {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c2", "output": "sunny"},
+        ],
+    }
+    assert refusal(body) == (
+        "input",
+        "input: item 2 (function_call_output) answers call_id 'c2', which no function_call "
+        "item before it has: send the function_call item (its call_id, name and arguments, "
+        "as the answer gave them) before its output",
+    )
