@@ -6,7 +6,8 @@ its end and is the only writer of request metrics: it publishes everything once,
 request ends, with bounded labels (task names are checked against routes.yaml; never a request
 id or user text). Gauges that describe the runtime (queues, loaded models, devices) are read at
 scrape time by `RuntimeCollector`; each route's SLO window (`_slo`) is judged then by
-`SloCollector`.
+`SloCollector`. The runtime's routing oracle tells `Metrics` of each model-backed condition
+(similar_to, classify) it evaluates, labelled by kind only.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5
 # Decode rates in tokens/s: an slo's min_tokens_per_s on a bound is judged exactly by the alerts.
 RATE_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 500.0, 1000.0)
 STAGE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# An embedding of one text takes milliseconds, a classifier's label up to its timeout_s.
+CONDITION_BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MAX_TOKEN_TIMES = 1024  # /stats' decode_token_times keeps the first this many gaps
 UNKNOWN = "unknown"  # a task name routes.yaml does not know (or a body without one)
 NONE = "none"  # no attempt was made (the request failed before its plan ran)
@@ -94,6 +97,7 @@ class Metrics:
         if runtime is not None:
             self.registry.register(RuntimeCollector(runtime))
             self.registry.register(SloCollector(self))
+            runtime.oracle.observers.append(self.observe_condition)
 
     def _define(self) -> None:
         served = ("task", "model", "device")
@@ -148,6 +152,26 @@ class Metrics:
             buckets=STAGE_BUCKETS,
             registry=self.registry,
         )
+        self._define_routing()
+
+    def _define_routing(self) -> None:
+        self.route_decisions = self._counter(
+            "zest_route_decisions",
+            "Requests of tasks with rules, by the rule that chose their route (default: none).",
+            ("task", "rule"),
+        )
+        self.condition_seconds = Histogram(
+            "zest_routing_condition_seconds",
+            "Model-backed routing conditions evaluated (not from the cache): their time.",
+            ("kind",),
+            buckets=CONDITION_BUCKETS,
+            registry=self.registry,
+        )
+        self.condition_cache_hits = self._counter(
+            "zest_routing_condition_cache_hits",
+            "Model-backed routing conditions answered from the cache.",
+            ("kind",),
+        )
 
     def _counter(self, name: str, doc: str, labels: tuple[str, ...]) -> Counter:
         return Counter(name, doc, labels, registry=self.registry)
@@ -167,6 +191,13 @@ class Metrics:
         config = self.runtime.routes.config
         known = name in config.routes or config.exposes(name)
         return name if known else UNKNOWN
+
+    def observe_condition(self, kind: str, seconds: float, cached: bool) -> None:
+        """A similar_to or classify evaluated by the routing oracle (its observer)."""
+        if cached:
+            self.condition_cache_hits.labels(kind).inc()
+        else:
+            self.condition_seconds.labels(kind).observe(seconds)
 
     def sample_queue(self) -> None:
         """The requests queued or running in every loaded engine, for the live charts."""
@@ -262,6 +293,7 @@ class RequestRecord(RequestEvents):
         self.metrics = metrics
         self.arrived = time.perf_counter()
         self.task: str | None = None
+        self.rule: str | None = None  # the rule that chose the route (tasks with rules)
         self.model, self.device = NONE, NONE
         self.outcome: str | None = None
         self.fallback_reasons: list[str] = []
@@ -275,6 +307,11 @@ class RequestRecord(RequestEvents):
         """Label the record with the requested task, unless it already has one (the path's)."""
         if self.task is None:
             self.task = self.metrics.task_label(name) if self.metrics else name
+
+    def routed(self, task: str, rule: str) -> None:
+        """The task's rules chose `rule`: counted when the request ends, however it ends."""
+        self.task_named(task)
+        self.rule = rule
 
     def attempt(self, model: str, device: str) -> None:
         """The attempt being tried: an error that ends the request is labelled with it."""
@@ -319,6 +356,8 @@ class RequestRecord(RequestEvents):
     def _publish(self, metrics: Metrics) -> None:
         task = self.task or UNKNOWN
         metrics.requests.labels(task, self.model, self.device, self.outcome).inc()
+        if self.rule is not None:
+            metrics.route_decisions.labels(task, self.rule).inc()
         for reason in self.fallback_reasons:
             metrics.fallbacks.labels(task, reason).inc()
         if self.gen is not None and self.ttft is not None:

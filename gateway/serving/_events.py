@@ -22,6 +22,9 @@ class RequestEvents:
     def task_named(self, name: str) -> None:
         """The request names this task (or model id)."""
 
+    def routed(self, task: str, rule: str) -> None:
+        """The named task's rules chose `rule` (its id, or "default": none matched)."""
+
     def attempt(self, model: str, device: str) -> None:
         """An attempt of the plan is being tried."""
 

@@ -241,6 +241,8 @@ async def start_generation(
     if routed is None:
         inputs = {"messages": messages, "prompt": prompt, "tools": tools, "routing": routing}
         routed = await route_request(runtime, name, kind, body, inputs)
+    if routed.ruled and routed.decision is not None:  # before anything may refuse the request
+        events.routed(name, routed.decision.rule_label)
     name, route = routed.task, routed.route
     if privacy_of is not None:
         route = tightened(route, privacy_of)

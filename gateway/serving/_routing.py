@@ -19,15 +19,13 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache, TTLCache
 
 from zest.errors import RequestError
-from zest.gateway.serving._embedding import embed_inputs
-from zest.gateway.serving._runtime import Runtime
 from zest.router import (
     Classify,
     Decision,
@@ -44,8 +42,11 @@ from zest.router import (
     walk_conditions,
 )
 
+if TYPE_CHECKING:  # the runtime holds an oracle: the module is imported by _runtime
+    from zest.gateway.serving._runtime import Runtime
+
 __all__ = [
-    "ORACLE",
+    "ConditionObserver",
     "RouteInputs",
     "Routed",
     "RoutingOracle",
@@ -113,7 +114,7 @@ async def route_by_content(
         prompt_tokens=lambda: prompt_tokens,
         waiting=lambda name: runtime.waiting_for(routes, name),
     )
-    oracle = oracle or ORACLE
+    oracle = oracle or runtime.oracle
     results: dict[SimilarTo | Classify, ModelResult] = {}
     while isinstance(outcome := decide(task, route.rules, given, results), Pending):
         condition = outcome.condition
@@ -124,10 +125,16 @@ async def route_by_content(
     return Routed(outcome.route_to, tightened(target, route), outcome)
 
 
+# Told of each model-backed evaluation: its kind (similar_to, classify), its seconds (0.0 when
+# cached) and whether the result came from the cache.
+ConditionObserver = Callable[[str, float, bool], None]
+
+
 @dataclass
 class RoutingOracle:
     """Model-backed results, cached by routes table, condition and text (a reload starts
-    afresh: its phrases and routes may differ)."""
+    afresh: its phrases and routes may differ). One per runtime: its observers are that
+    runtime's metrics."""
 
     results: TTLCache[tuple[int, Any, str], ModelResult] = field(
         default_factory=lambda: TTLCache(maxsize=4096, ttl=600)
@@ -135,8 +142,8 @@ class RoutingOracle:
     phrases: LRUCache[tuple[int, str, str], list[tuple[float, ...]]] = field(
         default_factory=lambda: LRUCache(maxsize=256)
     )
-    # Told of each model-backed evaluation: (kind, seconds, cached) for the metrics.
-    observers: list[Any] = field(default_factory=list)
+    # The metrics observe each model-backed evaluation (the request path imports no metrics).
+    observers: list[ConditionObserver] = field(default_factory=list)
 
     async def resolve(
         self,
@@ -194,6 +201,8 @@ class RoutingOracle:
         condition: SimilarTo,
         text: str,
     ) -> ModelResult:
+        from zest.gateway.serving._embedding import embed_inputs  # it imports the runtime
+
         phrases = await self._phrase_vectors(runtime, routes, caller, condition)
         embedded = await embed_inputs(runtime, condition.via, [text or " "], privacy_of=caller)
         vector = embedded.result.vectors[0]
@@ -202,6 +211,8 @@ class RoutingOracle:
     async def _phrase_vectors(
         self, runtime: Runtime, routes: LoadedRoutes, caller: RouteConfig, condition: SimilarTo
     ) -> list[tuple[float, ...]]:
+        from zest.gateway.serving._embedding import embed_inputs
+
         key = (id(routes.config), condition.via, condition.label)
         if (vectors := self.phrases.get(key)) is None:
             phrases = list(phrases_of(routes.config, caller)[condition.label])
@@ -276,6 +287,3 @@ def _completion_prompt(prompt: str, text: str) -> str:
     if "{input}" in prompt:
         return prompt.replace("{input}", text)
     return f"{prompt}{text}"
-
-
-ORACLE = RoutingOracle()  # one per process: its caches are keyed by routes table

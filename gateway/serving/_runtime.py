@@ -31,6 +31,7 @@ from zest.engines import (
 from zest.errors import RequestError, ServiceUnavailableError
 from zest.gateway.serving._drain import Drain
 from zest.gateway.serving._planning import plan_for
+from zest.gateway.serving._routing import RoutingOracle
 from zest.gateway.serving._tokens import Tokens
 from zest.router import Device, LoadedRoutes, Needs, Placement, Plan, RouteConfig
 
@@ -105,6 +106,8 @@ class Runtime:
     broken_files: dict[str, str] = field(default_factory=dict)
     # Graceful shutdown: what is in flight, and whether new work is refused.
     drain: Drain = field(default_factory=Drain)
+    # The rules' model-backed results, cached (per runtime: its observers are its metrics).
+    oracle: RoutingOracle = field(default_factory=RoutingOracle, repr=False, compare=False)
     pool: EnginePool = field(init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 

@@ -33,14 +33,16 @@ from zest.errors import (
     DeviceUnavailableError,
     EngineError,
     GatewayTimeoutError,
+    ModelFileMissingError,
     RequestError,
 )
 from zest.gateway.http._metrics import Metrics, RequestRecord, outcome_of
 from zest.gateway.http._responses import collect_body, sse_events
-from zest.gateway.serving._generation import Generation
+from zest.gateway.serving._generation import Generation, start_generation
+from zest.gateway.serving._requests import ChatMessage, ChatRequest
 from zest.gateway.serving._runtime import Runtime
 from zest.policies import Trimmed
-from zest.router import Device, Placement, load_routes
+from zest.router import Classify, Device, ModelResult, Placement, SimilarTo, load_routes
 
 ROUTES = Path(__file__).resolve().parents[3] / "routes.yaml"
 NPU = Device("npu", frozenset({"llamacpp"}), "emulated (ZEST_EMULATE_DEVICES)", emulated=True)
@@ -426,3 +428,124 @@ def test_model_info_has_one_series_per_model_and_digest() -> None:
         f'zest_model_info{{engine="llamacpp",model="smollm2",sha256="{"b" * 64}",'
         'sha256_pinned="true"} 1.0',
     ]
+
+
+# A chat task with rules over a model whose file is missing: the request is routed, then its
+# attempt fails at once (no model loads in a unit test), and the decision is counted anyway.
+RULED = """\
+version: 1
+models:
+  m: {engine: llamacpp, source: missing.gguf}
+  e: {engine: llamacpp, source: missing-embed.gguf, options: {embedding: true}}
+routes:
+  chat:
+    kind: chat
+    model: m
+    phrases: {code: ["a stack trace"]}
+    rules:
+      - {id: code, when: {keywords_any: ["def "]}, to: coder}
+  coder: {kind: chat, model: m}
+  embed: {kind: embedding, model: e}
+"""
+
+
+def ruled_runtime(tmp_path: Path) -> Runtime:
+    (tmp_path / "routes.yaml").write_text(RULED)
+    return Runtime(load_routes(tmp_path / "routes.yaml"), Inventory({"cpu": CPU}, ()))
+
+
+def test_each_request_of_a_task_with_rules_counts_the_rule_that_chose_its_route(
+    tmp_path: Path,
+) -> None:
+    served = ruled_runtime(tmp_path)
+    metrics = Metrics(served)
+
+    async def ask(task: str, text: str) -> None:
+        record = metrics.begin()
+        body = ChatRequest(model=task, messages=[ChatMessage(role="user", content=text)])
+        try:
+            await start_generation(
+                served, task, kind="chat", body=body, request_id="r", events=record,
+                messages=body.messages,
+            )  # fmt: skip
+        except ModelFileMissingError as exc:  # as the app records a failure
+            record.failed(exc)
+        else:
+            raise AssertionError("the model file is missing: the request cannot be served")
+
+    async def scenario() -> None:
+        await ask("chat", "def f(): pass")
+        await ask("chat", "DEF g(): pass")  # ASCII letters fold: the same rule
+        await ask("chat", "Hello")
+        await ask("coder", "def h(): pass")  # a task without rules makes no decision
+        await served.close()
+
+    asyncio.run(scenario())
+    scraped = samples(metrics)
+    assert value(scraped, "zest_route_decisions_total", task="chat", rule="code") == 2
+    assert value(scraped, "zest_route_decisions_total", task="chat", rule="default") == 1
+    assert not any(
+        name == "zest_route_decisions_total" and ("task", "coder") in labels
+        for name, labels in scraped
+    )
+    failed = {"model": "m", "device": "cpu", "outcome": "model_not_available"}
+    assert value(scraped, "zest_requests_total", task="chat", **failed) == 3
+
+
+def test_model_backed_conditions_are_timed_and_their_cache_hits_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served, other = ruled_runtime(tmp_path), ruled_runtime(tmp_path)
+    metrics = Metrics(served)
+    Metrics(other)  # another app's runtime: its evaluations are not this one's
+    similar = SimilarTo(via="embed", label="code", min_score=0.5)
+    classify = Classify(via="coder", labels=("a", "b"), prompt="a or b?", label="a")
+
+    async def scored(*_: Any) -> ModelResult:
+        await asyncio.sleep(0.003)
+        return ModelResult(score=0.9, label="a")
+
+    monkeypatch.setattr(served.oracle, "_timed", scored)
+    monkeypatch.setattr(other.oracle, "_timed", scored)
+    chat = served.routes.config.routes["chat"]
+
+    async def scenario() -> None:
+        for oracle, routes, condition, text in (
+            (served.oracle, served.routes, similar, "x"),
+            (served.oracle, served.routes, similar, "x"),  # the same text: from the cache
+            (served.oracle, served.routes, similar, "y"),
+            (served.oracle, served.routes, classify, "x"),
+            (other.oracle, other.routes, classify, "x"),
+        ):
+            await oracle.resolve(served, routes, chat, condition, text)
+
+    asyncio.run(scenario())
+    scraped = samples(metrics)
+    seconds = "zest_routing_condition_seconds"
+    assert value(scraped, f"{seconds}_count", kind="similar_to") == 2
+    assert value(scraped, f"{seconds}_sum", kind="similar_to") >= 0.006
+    assert value(scraped, f"{seconds}_count", kind="classify") == 1
+    hits = "zest_routing_condition_cache_hits_total"
+    assert value(scraped, hits, kind="similar_to") == 1
+    assert value(scraped, hits, kind="classify") == 0
+
+
+def test_a_failed_model_backed_condition_is_timed_and_tried_again(tmp_path: Path) -> None:
+    """Its embedding route cannot load (no file): the condition errs (on_error decides), is
+    timed, and is not cached, so the next request tries again."""
+    served = ruled_runtime(tmp_path)
+    metrics = Metrics(served)
+    similar = SimilarTo(via="embed", label="code", min_score=0.5)
+    chat = served.routes.config.routes["chat"]
+
+    async def scenario() -> list[ModelResult]:
+        found = [await served.oracle.resolve(served, served.routes, chat, similar, "x")]
+        found.append(await served.oracle.resolve(served, served.routes, chat, similar, "x"))
+        await served.close()
+        return found
+
+    found = asyncio.run(scenario())
+    assert [(r.error or "").startswith("model file not found") for r in found] == [True, True]
+    scraped = samples(metrics)
+    assert value(scraped, "zest_routing_condition_seconds_count", kind="similar_to") == 2
+    assert value(scraped, "zest_routing_condition_cache_hits_total", kind="similar_to") == 0
