@@ -42,6 +42,7 @@ from zest.errors import (
     ModelFileMissingError,
     ServiceUnavailableError,
     clipped,
+    shown,
 )
 from zest.router import OnnxGenaiModel, Placement, kind_of
 
@@ -78,7 +79,7 @@ class OnnxGenaiTokenizer(Tokenizer):
     @classmethod
     def load(cls, model_id: str, config: OnnxGenaiModel, base_dir: Path) -> OnnxGenaiTokenizer:
         folder = _model_dir(config, base_dir)
-        built = _model_section(_read_genai_config(folder, model_id)).get("context_length")
+        built = _built_context(_read_genai_config(folder, model_id), folder, model_id)
         og = _import_og()
         try:
             og_config = og.Config(str(folder))
@@ -188,9 +189,7 @@ class OnnxGenaiEngine(Engine):
         self._tokenizer = OnnxGenaiTokenizer(self.model_id, self._dir, self._model, self._context)
         self._eos = self._tokenizer.eos
         self._backend = _backend(og.__version__, providers, split, self.config.options.n_threads)
-        self._worker = GenerationWorker(
-            self.model_id, self._generate, max_queue=self.config.options.max_queue
-        )
+        self._worker = GenerationWorker(self.model_id, self._generate)
         return self.info()
 
     def info(self) -> EngineInfo:
@@ -214,20 +213,14 @@ class OnnxGenaiEngine(Engine):
         return self._tokenizer
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
-        tokenizer = self._loaded_tokenizer()
         # logprobs and logit_bias never reach here: the kind declares it honours neither, so
         # the planner leaves this engine out of a request that asks for them.
+        tokenizer = self._loaded_tokenizer()
         if self._worker is None:
             raise ServiceUnavailableError(f"model {self.model_id!r} is not loaded")
         return self._worker.stream(job.encoded_by(tokenizer))
 
-    def pending(self) -> int:
-        return self._worker.pending.value if self._worker else 0
-
     async def close(self) -> None:
-    def waiting(self) -> int:
-        return self._worker.waiting() if self._worker else 0
-
         if self._worker is not None:
             await asyncio.to_thread(self._worker.close)  # joins its thread: off the event loop
         # Dropping the last references frees the ONNX Runtime sessions and their memory.
@@ -236,7 +229,7 @@ class OnnxGenaiEngine(Engine):
     # --- loading ---------------------------------------------------------------------------------
 
     def _context_length(self, genai: dict[str, Any]) -> int:
-        built = int(_model_section(genai).get("context_length", 0))
+        built = _built_context(genai, self._dir, self.model_id) or 0
         wanted = self.config.context_length
         if wanted is not None and built and wanted > built:
             # The graph's rotary tables stop at `built` positions: more would read past them.
@@ -374,14 +367,14 @@ def inspect_onnx_genai(model_id: str, config: OnnxGenaiModel, base_dir: Path) ->
     """A model folder's facts from its genai_config.json: the context it was built for, and
     the devices its options rule out."""
     folder = _model_dir(config, base_dir)
-    built = int(_model_section(_read_genai_config(folder, model_id)).get("context_length", 0))
+    built = _built_context(_read_genai_config(folder, model_id), folder, model_id)
     refused = {}
     if config.options.provider_options:
         refused["cpu"] = (
             "options.provider_options apply to the gpu or npu provider a route's device "
             "selects; the cpu takes none: remove them, or route the model to gpu or npu"
         )
-    return ModelFacts(built or None, f"{folder / _GENAI_CONFIG}", refused_devices=refused)
+    return ModelFacts(built, f"{folder / _GENAI_CONFIG}", refused_devices=refused)
 
 
 def _model_dir(config: OnnxGenaiModel, base_dir: Path) -> Path:
@@ -412,6 +405,20 @@ def _read_genai_config(folder: Path, model_id: str) -> dict[str, Any]:
 def _model_section(genai: dict[str, Any]) -> dict[str, Any]:
     section = genai.get("model")
     return section if isinstance(section, dict) else {}
+
+
+def _built_context(genai: dict[str, Any], folder: Path, model_id: str) -> int | None:
+    """The context the model was built for (model.context_length; None: not said)."""
+    value = _model_section(genai).get("context_length")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EngineError(
+            f"model {model_id!r}: model.context_length in {folder / _GENAI_CONFIG} is "
+            f"{shown(value)}: it must be a whole number of tokens above 0 (the context the "
+            "model was built for): correct the file, or build the model again"
+        )
+    return value
 
 
 def _backend(

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from zest.engines import create_engine
+from zest.engines import create_engine, inspect_model
 from zest.engines._onnx_genai import _backend
 from zest.engines._providers import CPU, DML, VITIS_AI, HybridSplit
-from zest.errors import ModelFileMissingError, ServiceUnavailableError
+from zest.errors import EngineError, ModelFileMissingError, ServiceUnavailableError
 from zest.router import OnnxGenaiModel
 
 
@@ -62,3 +64,28 @@ def test_the_backend_label_names_providers_threads_and_a_hybrid_split() -> None:
         "onnxruntime-genai 0.18.0 (hybrid: prefill npu -> decode gpu; "
         "VitisAIExecutionProvider + DmlExecutionProvider)"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(-5, "-5"), (0, "0"), ("4096", "'4096'"), (4096.5, "4096.5"), (True, "True")],
+)
+def test_a_built_context_that_is_no_count_of_tokens_is_refused_plainly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: Any, shown: str
+) -> None:
+    """genai_config.json's model.context_length, as a check reads it and as a load does."""
+    config_file = tmp_path / "genai_config.json"
+    config_file.write_text(json.dumps({"model": {"context_length": value}}))
+    config = OnnxGenaiModel(engine="onnx-genai", source=str(tmp_path))
+    expected = (
+        f"model 'm': model.context_length in {config_file} is {shown}: it must be a whole "
+        "number of tokens above 0 (the context the model was built for): correct the file, "
+        "or build the model again"
+    )
+    with pytest.raises(EngineError) as refused:
+        inspect_model("m", config, tmp_path)
+    assert refused.value.message == expected
+    monkeypatch.setitem(sys.modules, "onnxruntime_genai", types.SimpleNamespace())
+    with pytest.raises(EngineError) as refused:
+        create_engine("m", config, tmp_path, "cpu").load()
+    assert refused.value.message == expected
