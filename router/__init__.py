@@ -33,6 +33,7 @@ from zest.router._rules import (
     compile_regex,
 )
 from zest.router._rules_check import phrases_of, rule_warnings, tightened, walk_conditions
+from zest.router._rules_text import condition_text, rules_summary
 from zest.router._schema import (
     DEVICES,
     ENGINE_MODELS,
@@ -120,6 +121,7 @@ __all__ = [
     "ascii_fold",
     "check_json_schema",
     "compile_regex",
+    "condition_text",
     "decide",
     "describe_devices",
     "find_route",
@@ -132,6 +134,7 @@ __all__ = [
     "phrases_of",
     "plan_route",
     "rule_warnings",
+    "rules_summary",
     "tightened",
     "walk_conditions",
 ]

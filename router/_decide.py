@@ -12,13 +12,13 @@ only when the evaluation reaches its condition, and never from here.
 from __future__ import annotations
 
 import functools
-import json
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from zest.router._rules import Classify, Condition, MetadataMatch, Rule, SimilarTo, compile_regex
+from zest.router._rules_text import leaf_text
 
 __all__ = [
     "Decision",
@@ -178,7 +178,7 @@ class _Walk:
         if kind in ("similar_to", "classify"):
             return self._model_backed(kind, value)
         result = _LEAVES[kind](self.given, value)
-        self.trace.append(TraceEntry(f"{kind}: {_shown(value)}", result))
+        self.trace.append(TraceEntry(leaf_text(kind, value), result))
         return result
 
     def _model_backed(self, kind: str, condition: ModelCondition) -> bool:
@@ -188,7 +188,7 @@ class _Walk:
         result = _model_result(condition, found)
         self.trace.append(
             TraceEntry(
-                f"{kind}: {_shown(condition.model_dump(exclude_defaults=True))}",
+                leaf_text(kind, condition),
                 result,
                 score=found.score,
                 label=_picked(condition, found),
@@ -216,12 +216,6 @@ def _model_result(condition: ModelCondition, found: ModelResult) -> bool:
     if found.error is not None or condition.min_score is None:
         return True
     return found.score is not None and found.score >= condition.min_score
-
-
-def _shown(value: Any) -> str:
-    if hasattr(value, "model_dump"):
-        value = value.model_dump(exclude_none=True)
-    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 @functools.lru_cache(maxsize=1024)

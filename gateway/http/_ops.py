@@ -13,7 +13,7 @@ from zest.engines import LoadedEngine, describe
 from zest.errors import BadRequestError, ModelBusyError, shown
 from zest.gateway.http._body import parse_body, takes
 from zest.gateway.serving import Reloader, Runtime, describe_inventory
-from zest.router import LoadedRoutes, Placement, parse_device
+from zest.router import LoadedRoutes, Placement, parse_device, rules_summary
 
 __all__ = ["OPS_HANDLERS", "describe_loaded"]
 
@@ -30,10 +30,13 @@ class ModelRequest(BaseModel):
 
 @get("/routes")
 async def routes_in_force(runtime: Runtime, reloader: Reloader) -> dict[str, Any]:
-    """The routes table serving now, when it was loaded, and the last reload that failed."""
+    """The routes table serving now, when it was loaded, and the last reload that failed;
+    `rules`: each route's rules in order, their conditions as text (the web page lists them)."""
+    config = runtime.routes.config
     return {
         **reloader.status(),
-        "config": runtime.routes.config.model_dump(mode="json"),
+        "config": config.model_dump(mode="json"),
+        "rules": {task: rules_summary(route.rules) for task, route in config.routes.items()},
     }
 
 

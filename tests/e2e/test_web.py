@@ -1,8 +1,8 @@
 """The web page at / in a real headless browser: Debian's Chromium, driven by Playwright for
 Python with the system browser (no browser download). It loads without console errors, shows
-an emulated device as emulated and a route's SLO state, streams a playground answer with what
-served it, draws the live figures, and asks for a key where the server has keys (a wrong one
-is refused)."""
+an emulated device as emulated, a route's SLO state and its rules, streams a playground answer
+with what served it and the routing decision (with its trace), draws the live figures, and
+asks for a key where the server has keys (a wrong one is refused)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,16 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
-# The default routes, with an slo on chat that every request misses (TTFT) and meets (decode).
+# The default routes, with an slo on chat that every request misses (TTFT) and meets (decode),
+# and a rule that sends chat's requests asking for a summary to the summarization route.
 CHAT_SLO = "    slo: {ttft_p95_s: 0.001, min_tokens_per_s: 0.01}\n"
+CHAT_RULES = """\
+    rules:
+      - id: summaries
+        when: {keywords_any: [summarize], not: {has_tools: true}}
+        to: summarization
+        outputs: {reason: asked}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +58,8 @@ def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     routes = (REPO / "routes.yaml").read_text()
     description = "    description: General assistant chat.\n"
     assert description in routes
-    (folder / "routes.yaml").write_text(routes.replace(description, description + CHAT_SLO))
+    chat = description + CHAT_SLO + CHAT_RULES
+    (folder / "routes.yaml").write_text(routes.replace(description, chat))
     env = {"ZEST_EMULATE_DEVICES": "npu=cpu:1", "ZEST_API_KEYS": ""}
     running = start_server(folder / "routes.yaml", folder / "zest.log", env)
     yield running
@@ -122,6 +131,33 @@ def test_the_routes_tab_shows_each_task_s_plan(opened: Opened) -> None:
     assert opened.problems == []
 
 
+def test_the_routes_tab_lists_each_route_s_rules_once(opened: Opened) -> None:
+    opened.tab("routes")
+    table = opened.page.locator(".plan[data-task=chat] .rules")
+    table.wait_for()
+    opened.page.wait_for_timeout(5_500)  # the tab refreshes every 5 s: the table is replaced
+    assert table.count() == 1
+    rows = table.locator("tbody tr")
+    assert [rows.nth(i).get_attribute("data-rule") for i in range(rows.count())] == [
+        "summaries",
+        "default",
+    ]
+    assert rows.nth(0).locator("td").all_text_contents() == [
+        "summaries",
+        'keywords_any: ["summarize"] and not(has_tools: true)',
+        "summarization",
+        '{"reason":"asked"}',
+    ]
+    assert rows.nth(1).locator("td").all_text_contents() == [
+        "default",
+        "no rule matched",
+        "chat",
+        "",
+    ]
+    assert opened.page.locator(".plan[data-task=summarization] .rules").count() == 0
+    assert opened.problems == []
+
+
 def test_the_routes_tab_shows_how_a_route_stands_against_its_slo(
     opened: Opened, emulated: Server
 ) -> None:
@@ -164,6 +200,46 @@ def test_a_playground_answer_streams_in_with_what_served_it(opened: Opened) -> N
     assert served["x-request-id"].startswith("req_")
     assert '"completion_tokens"' in served["usage"]
     assert page.locator(".turn.error").count() == 0
+    assert opened.problems == []
+
+
+def served_rows(page: Page) -> dict[str, str]:
+    return dict(
+        zip(
+            page.locator("#served dt").all_text_contents(),
+            page.locator("#served dd").all_text_contents(),
+            strict=True,
+        )
+    )
+
+
+def test_the_playground_shows_the_routing_decision_and_its_trace(opened: Opened) -> None:
+    page = opened.page
+    page.wait_for_selector("#readiness.ok")
+    opened.tab("playground")
+    page.select_option("#task", "chat")
+    page.fill("#max-tokens", "8")
+    page.check("#route-trace")
+    page.fill("#prompt", "Please summarize: the cat sat on the mat all day.")
+    page.click("#send")
+    page.wait_for_selector("#send:not([disabled])", timeout=60_000)
+    assert page.locator(".turn.error").count() == 0
+    served = served_rows(page)
+    assert served["x-zest-rule"] == "summaries"
+    assert served["x-zest-route"].startswith("task=summarization; model=smollm2; device=")
+    assert served["decision"] == 'rule summaries → route summarization, outputs {"reason":"asked"}'
+    assert page.locator("#trace li").all_text_contents() == [
+        'keywords_any: ["summarize"]: true',
+        "has_tools: true: false",
+    ]
+    page.uncheck("#route-trace")
+    page.fill("#prompt", "Name a colour.")
+    page.click("#send")
+    page.wait_for_selector("#send:not([disabled])", timeout=60_000)
+    served = served_rows(page)
+    assert served["x-zest-rule"] == "default"
+    assert served["decision"] == "default (no rule matched) → route chat"
+    assert page.locator("#trace").count() == 0  # no trace unless asked for
     assert opened.problems == []
 
 

@@ -158,11 +158,26 @@ let tasks = [];
 
 async function explainAll() {
   const tokens = Number($("prompt-tokens").value) || 0;
-  const [stats, ...plans] = await Promise.all([
+  const [stats, routes, ...plans] = await Promise.all([
     json("/v1/stats"),
+    json("/v1/routes"),
     ...tasks.map((t) => json(`/v1/routes/${encodeURIComponent(t.id)}/explain?prompt_tokens=${tokens}`)),
   ]);
-  $("plans").replaceChildren(...plans.map((plan) => planCard(plan, (stats.slo || {})[plan.task])));
+  const rules = routes.rules || {};
+  $("plans").replaceChildren(...plans.map((plan) => planCard(plan, (stats.slo || {})[plan.task], rules[plan.task])));
+}
+
+// A route's rules in order (first match wins), then the default: the route itself serves.
+function rulesTable(task, rules) {
+  const head = el("tr", {}, el("th", {}, "rule"), el("th", {}, "when"), el("th", {}, "to"), el("th", {}, "outputs"));
+  const rows = rules.map((rule) => el("tr", { "data-rule": rule.id },
+    el("td", {}, rule.id), el("td", { class: "when" }, rule.when), el("td", {}, rule.to),
+    el("td", { class: "muted" }, Object.keys(rule.outputs).length ? JSON.stringify(rule.outputs) : "")));
+  rows.push(el("tr", { "data-rule": "default" },
+    el("td", {}, "default"), el("td", { class: "muted" }, "no rule matched"), el("td", {}, task), el("td", {})));
+  return el("div", { class: "rules" },
+    el("h3", {}, "Rules ", el("span", { class: "muted" }, "(top to bottom, the first that matches chooses the route)")),
+    el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows)));
 }
 
 // The route's objectives and, once requests came, how its window stands against each.
@@ -182,12 +197,13 @@ function sloLine(slo, state) {
   return line;
 }
 
-function planCard(plan, sloState) {
+function planCard(plan, sloState, rules) {
   const route = plan.route;
   const card = el("article", { class: "plan", "data-task": plan.task },
     el("h2", {}, `${plan.task} `, el("span", { class: "muted" }, `${route.kind}, ${route.model} (${plan.engine}), device ${route.device}`)),
     el("p", { class: "muted" }, `privacy ${route.privacy}; max_prompt_tokens ${route.context.max_prompt_tokens ?? "—"}, on_overflow ${route.context.on_overflow}; on_failure ${route.on_failure}`));
   if (plan.slo) card.append(sloLine(plan.slo, sloState));
+  if (rules && rules.length) card.append(rulesTable(plan.task, rules));
   if (plan.budget) card.append(el("p", { class: "verdict" }, `For ${plan.prompt_tokens} tokens: ${plan.budget}`));
   const attempts = el("ol");
   for (const attempt of plan.attempts) {
@@ -225,12 +241,13 @@ function requestBody(text) {
   const body = { model: $("task").value, stream: true, stream_options: { include_usage: true },
     max_tokens: Number($("max-tokens").value) || 128 };
   if ($("temperature").value !== "") body.temperature = Number($("temperature").value);
+  if ($("route-trace").checked) body.route_trace = true;
   if (currentKind() === "completion") return ["/v1/completions", { ...body, prompt: text }];
   const messages = turns.filter((t) => t.role !== "error").map(({ role, content }) => ({ role, content }));
   return ["/v1/chat/completions", { ...body, messages }];
 }
 
-const SERVED_HEADERS = ["x-zest-route", "x-zest-plan", "x-zest-pipeline", "x-zest-trimmed", "x-zest-fallbacks", "x-zest-ignored", "x-request-id"];
+const SERVED_HEADERS = ["x-zest-route", "x-zest-rule", "x-zest-plan", "x-zest-pipeline", "x-zest-trimmed", "x-zest-fallbacks", "x-zest-ignored", "x-request-id"];
 
 function showServed(answer, usage, extension) {
   const rows = [];
@@ -238,9 +255,26 @@ function showServed(answer, usage, extension) {
     const value = answer.headers.get(name);
     if (value) rows.push(el("dt", {}, name), el("dd", {}, value));
   }
+  if (extension && "route_to" in extension) rows.push(...decisionRows(extension));
   if (usage) rows.push(el("dt", {}, "usage"), el("dd", {}, JSON.stringify(usage)));
   if (extension) rows.push(el("dt", {}, "zest"), el("dd", {}, JSON.stringify(extension)));
   $("served").replaceChildren(...rows);
+}
+
+// The routing decision of the zest object, and its trace when the request asked for one.
+function decisionRows(zest) {
+  const rule = zest.matched_rule === null ? "default (no rule matched)" : `rule ${zest.matched_rule}`;
+  const outputs = Object.keys(zest.outputs || {}).length ? `, outputs ${JSON.stringify(zest.outputs)}` : "";
+  const rows = [el("dt", {}, "decision"), el("dd", { id: "decision" }, `${rule} → route ${zest.route_to}${outputs}`)];
+  if (zest.trace) {
+    const entries = zest.trace.map((entry) => {
+      const extra = ["score", "label", "cached", "error"].filter((k) => k in entry).map((k) => `${k} ${entry[k]}`);
+      return el("li", { class: entry.result ? "held" : "" },
+        `${entry.condition}: ${entry.result}${extra.length ? ` (${extra.join(", ")})` : ""}`);
+    });
+    rows.push(el("dt", {}, "trace"), el("dd", {}, el("ol", { id: "trace" }, ...entries)));
+  }
+  return rows;
 }
 
 async function send(event) {
