@@ -3,6 +3,7 @@ into a bomb, and no key given twice (a pasted second `chat:` would silently win)
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -30,6 +31,13 @@ def read_routes_file(path: Path) -> str:
             [f"{path}: file not found: pass an existing file with --routes or ZEST_ROUTES"]
         ) from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(
+                [
+                    f"{path}: a loop of symbolic links leads to no file: point the link at the "
+                    "routes file"
+                ]
+            ) from None
         raise ConfigError([f"{path}: cannot read the file: {exc.strerror}"]) from exc
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(file.fileno())

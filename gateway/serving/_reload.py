@@ -33,6 +33,7 @@ log = logging.getLogger("zest.gateway")
 # watchfiles logs each change it sees at INFO; zest logs the reloads that matter instead.
 logging.getLogger("watchfiles").setLevel(logging.WARNING)
 Trigger = Literal["start", "file", "sighup", "admin"]
+WATCH_RETRY_S = 1.0  # a failed watcher starts again after this
 
 
 @dataclass(frozen=True)
@@ -143,23 +144,53 @@ class Reloader:
 
     async def _watch_file(self) -> None:
         """Watch the folder, not the file: editors save by writing a new file and renaming it,
-        and a Kubernetes ConfigMap volume swaps a link (see `changes_routes_file`)."""
+        and a Kubernetes ConfigMap volume swaps a link (see `changes_routes_file`). A failing
+        watcher is logged and started again: watching never stops for good (SIGHUP and the
+        admin route reload meanwhile)."""
         path = self.path
         self.watching = True
+        failure = ""
         try:
-            async for _ in watchfiles.awatch(
-                *watched_folders(path),
-                debounce=200,
-                step=50,
-                recursive=False,
-                # Only the routes file counts: a log file beside it changes all the time.
-                watch_filter=lambda _, changed: changes_routes_file(path, Path(changed)),
-            ):
-                await self.reload("file")  # a bad save is rejected, never fatal here
-        except Exception:  # watching is a convenience: SIGHUP and the admin route still work
-            log.exception("watching %s stopped; reload with SIGHUP or the admin route", path)
+            while True:
+                try:
+                    await self._watch_changes(path)
+                    failure = ""
+                except Exception as exc:
+                    if str(exc) != failure:  # once per new error, not once per retry
+                        log.warning(
+                            "watching %s failed (%s): watching again every %gs; SIGHUP and the "
+                            "admin route reload meanwhile",
+                            path,
+                            exc,
+                            WATCH_RETRY_S,
+                        )
+                    failure = str(exc)
+                    await asyncio.sleep(WATCH_RETRY_S)
         finally:
             self.watching = False
+
+    async def _watch_changes(self, path: Path) -> None:
+        """Reload on each change, until the folders to watch change (a link re-pointed)."""
+        folders = watched_folders(path)
+        async for _ in watchfiles.awatch(
+            *folders,
+            debounce=200,
+            step=50,
+            recursive=False,
+            # Only the routes file counts: a log file beside it changes all the time.
+            watch_filter=lambda _, changed: changes_routes_file(path, Path(changed)),
+        ):
+            await self.reload("file")  # a bad save is rejected, never fatal here
+            if watched_folders(path) != folders:
+                return
+
+
+def _target(named: Path) -> Path | None:
+    """Where `named` leads; None when no file can be reached (a link loop)."""
+    try:
+        return named.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: Python's "Symlink loop from ..."
+        return None
 
 
 def watched_folders(named: Path) -> list[Path]:
@@ -167,10 +198,10 @@ def watched_folders(named: Path) -> list[Path]:
     elsewhere (/etc/zest/routes.yaml -> /srv/config/routes.yaml: edits happen in the latter).
     A target beside the link (a ConfigMap's timestamped folder) is not watched: it is removed
     at the next update, and the swap of the link shows in the first folder."""
-    target_folder, folder = named.resolve().parent, named.parent.resolve()
-    if folder in (target_folder, target_folder.parent):
+    target, folder = _target(named), named.parent.resolve()
+    if target is None or folder in (target.parent, target.parent.parent):
         return [named.parent]
-    return [named.parent, target_folder]
+    return [named.parent, target.parent]
 
 
 def changes_routes_file(named: Path, changed: Path) -> bool:
@@ -181,8 +212,12 @@ def changes_routes_file(named: Path, changed: Path) -> bool:
     renames a new `..data` link over the old one: that link now leads to the new target's
     folder. The entries of the new folder, written before the swap, lead elsewhere, and so do
     the old folder's removal and any other file beside the routes file."""
-    target = named.resolve()
-    if changed == named or changed.resolve() == target:
+    if changed == named:
+        return True
+    target = _target(named)  # None: a link loop, reported by the reload of `named` itself
+    if target is None:
+        return False
+    if _target(changed) == target:
         return True
     linked_folder = target.parent != named.parent.resolve()  # reached through a folder link
-    return linked_folder and changed.is_symlink() and changed.resolve() == target.parent
+    return linked_folder and changed.is_symlink() and _target(changed) == target.parent

@@ -161,6 +161,34 @@ def test_a_bad_save_never_stops_the_watcher(watched: tuple[Server, Path]) -> Non
     wait_for(lambda: "echo" not in status(server)["config"]["routes"], "the file restored")
 
 
+def test_a_link_loop_as_the_file_is_reported_and_the_watcher_goes_on(
+    watched: tuple[Server, Path],
+) -> None:
+    """routes.yaml made a link that leads back to itself: the reload it causes is refused,
+    naming the loop, the previous table keeps serving, and the watcher still watches: the file
+    put back is reloaded."""
+    server, routes = watched
+    before, seen = status(server)["last_error"], status(server)["reloads"]
+    routes.unlink()
+    routes.symlink_to(routes.name)
+    wait_for(lambda: status(server)["last_error"] != before, "the rejected reload")
+    error = status(server)["last_error"]
+    assert error["trigger"] == "file"
+    assert error["errors"] == [
+        f"{routes}: a loop of symbolic links leads to no file: point the link at the routes file"
+    ]
+    assert status(server)["watching"] is True
+    hello = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    assert httpx.post(f"{server.v1}/chat/completions", json=hello, timeout=60).status_code == 200
+    routes.unlink()
+    write(routes, ROUTES + EXTRA_ROUTE)
+    wait_for(lambda: status(server)["reloads"] > seen, "the reload of the file put back")
+    assert status(server)["last_error"] is None
+    assert echo(server).status_code == 200
+    write(routes, ROUTES)
+    wait_for(lambda: "echo" not in status(server)["config"]["routes"], "the file restored")
+
+
 def test_sighup_reloads_when_watching_is_off(
     unwatched: tuple[Server, Path], watched: tuple[Server, Path]
 ) -> None:

@@ -4,12 +4,17 @@ plain file, a link to a file in another folder, and a Kubernetes ConfigMap volum
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from tests.configmap import ConfigMapVolume
-from zest.gateway.serving._reload import changes_routes_file, watched_folders
+from zest.gateway.serving import _reload
+from zest.gateway.serving._reload import Reloader, changes_routes_file, watched_folders
 from zest.router import load_routes
 
 ROUTES = """\
@@ -77,3 +82,64 @@ def test_a_relative_name_is_kept_absolute(tmp_path: Path, monkeypatch: pytest.Mo
     (tmp_path / "routes.yaml").write_text(ROUTES)
     monkeypatch.chdir(tmp_path)
     assert load_routes("routes.yaml").source == tmp_path / "routes.yaml"
+
+
+def test_a_loop_of_links_as_the_file_is_still_watched(tmp_path: Path) -> None:
+    """routes.yaml made a link loop: the watcher keeps its folder, and a change to the file
+    itself still reloads (which reports the loop); nothing raises, so watching goes on."""
+    routes = tmp_path / "routes.yaml"
+    routes.symlink_to(routes)
+    (tmp_path / "app.log").write_text("noise")
+    assert watched_folders(routes) == [tmp_path]
+    assert changes_routes_file(routes, routes)
+    assert not changes_routes_file(routes, tmp_path / "app.log")
+    loop = tmp_path / "loop.yaml"
+    loop.symlink_to(loop)
+    assert not changes_routes_file(routes, loop)
+    routes.unlink()
+    routes.write_text(ROUTES)  # the loop replaced by the file
+    assert changes_routes_file(routes, routes)
+    assert not changes_routes_file(routes, loop)  # a loop beside the file: nothing to reload
+
+
+def test_a_failing_watcher_is_started_again_and_says_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watcher failing (its folder gone, a file system that refuses it) is logged once and
+    watched again: the next change still reloads, and watching stays true throughout."""
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(ROUTES)
+    started: list[tuple[Path, ...]] = []
+
+    async def awatch(*folders: Path, **_: Any) -> AsyncIterator[set[tuple[int, str]]]:
+        started.append(folders)
+        if len(started) < 3:
+            raise OSError("the folder went away")
+        yield {(2, str(routes))}
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(_reload.watchfiles, "awatch", awatch)
+    monkeypatch.setattr(_reload, "WATCH_RETRY_S", 0.01)
+    runtime: Any = SimpleNamespace(routes=SimpleNamespace(source=routes))
+    reloader = Reloader(runtime=runtime)
+    reloaded = asyncio.Event()
+
+    async def reload(trigger: str) -> None:
+        assert reloader.watching
+        reloaded.set()
+
+    reloader.reload = reload  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        reloader.start()
+        await asyncio.wait_for(reloaded.wait(), 10)
+        await reloader.stop()
+
+    asyncio.run(scenario())
+    assert started == [(tmp_path,)] * 3
+    assert not reloader.watching  # stopped with the server
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        f"watching {routes} failed (the folder went away): watching again every 0.01s; "
+        "SIGHUP and the admin route reload meanwhile"
+    ]

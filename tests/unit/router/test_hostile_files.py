@@ -52,6 +52,17 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     ]
 
 
+def test_a_loop_of_links_says_so(tmp_path: Path) -> None:
+    routes, other = tmp_path / "routes.yaml", tmp_path / "other.yaml"
+    routes.symlink_to(other)
+    other.symlink_to(routes)
+    with pytest.raises(ConfigError) as refused:
+        load_routes(routes)
+    assert refused.value.problems == [
+        f"{routes}: a loop of symbolic links leads to no file: point the link at the routes file"
+    ]
+
+
 def test_a_device_is_refused() -> None:
     with pytest.raises(ConfigError) as refused:
         load_routes(Path("/dev/zero"))
