@@ -6,15 +6,13 @@ make serve            # in one terminal
 """
 
 import json
-import os
 import sys
 from typing import Any
 
+from _gateway import API_KEY, ROOT
 from openai import OpenAI
 
-# ZEST_URL: the server's root, with or without /v1 (as for every zest command).
-ROOT = os.environ.get("ZEST_URL", "http://127.0.0.1:8000").rstrip("/").removesuffix("/v1")
-client = OpenAI(base_url=f"{ROOT}/v1", api_key=os.environ.get("ZEST_API_KEY", "unused"))
+client = OpenAI(base_url=f"{ROOT}/v1", api_key=API_KEY)
 TOOLS: Any = [
     {
         "type": "function",

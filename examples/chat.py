@@ -4,14 +4,12 @@ make serve            # in one terminal
 .venv/bin/python examples/chat.py "Why is the sky blue?"
 """
 
-import os
 import sys
 
+from _gateway import API_KEY, ROOT
 from openai import OpenAI
 
-# ZEST_URL: the server's root, with or without /v1 (as for every zest command).
-ROOT = os.environ.get("ZEST_URL", "http://127.0.0.1:8000").rstrip("/").removesuffix("/v1")
-client = OpenAI(base_url=f"{ROOT}/v1", api_key=os.environ.get("ZEST_API_KEY", "unused"))
+client = OpenAI(base_url=f"{ROOT}/v1", api_key=API_KEY)
 question = " ".join(sys.argv[1:]) or "Why is the sky blue?"
 stream = client.chat.completions.create(
     model="chat",  # a task name from routes.yaml

@@ -1,18 +1,19 @@
-"""A small retrieval example: embed a few documents with the `embed` task, then answer a
-question from the closest one with the `chat` task (examples/routes/embeddings.yaml).
+"""Needs `make serve ROUTES=examples/routes/embeddings.yaml` (its embedding model comes from
+`make embedding-model`, which `make test` runs).
 
-.venv/bin/zest serve --routes examples/routes/embeddings.yaml     # in one terminal
+A small retrieval example: embed a few documents with the `embed` task, then answer a question
+from the closest one with the `chat` task.
+
+make serve ROUTES=examples/routes/embeddings.yaml     # in one terminal
 .venv/bin/python examples/retrieve.py "How do I reset my password?"
 """
 
-import os
 import sys
 
+from _gateway import API_KEY, ROOT
 from openai import OpenAI
 
-# ZEST_URL: the server's root, with or without /v1 (as for every zest command).
-ROOT = os.environ.get("ZEST_URL", "http://127.0.0.1:8000").rstrip("/").removesuffix("/v1")
-client = OpenAI(base_url=f"{ROOT}/v1", api_key=os.environ.get("ZEST_API_KEY", "unused"))
+client = OpenAI(base_url=f"{ROOT}/v1", api_key=API_KEY)
 DOCUMENTS = [
     "To reset your password, open Settings, choose Account and press Reset password.",
     "Invoices are sent on the first day of each month to the billing e-mail address.",

@@ -1,15 +1,14 @@
 """Summarize text with the `summarization` task through the task-named endpoint (raw HTTP).
 
-.venv/bin/python examples/summarize.py < some_text.txt
+make serve            # in one terminal
+.venv/bin/python examples/summarize.py < examples/evals/README.md
 """
 
-import os
 import sys
 
 import httpx
+from _gateway import API_KEY, ROOT
 
-# ZEST_URL: the server's root, with or without /v1 (as for every zest command).
-ROOT = os.environ.get("ZEST_URL", "http://127.0.0.1:8000").rstrip("/").removesuffix("/v1")
 base = f"{ROOT}/v1"
 text = (
     sys.stdin.read()
@@ -20,7 +19,10 @@ text = (
     )
 )
 reply = httpx.post(
-    f"{base}/tasks/summarization", json={"input": text, "max_tokens": 96}, timeout=120
+    f"{base}/tasks/summarization",
+    json={"input": text, "max_tokens": 96},
+    headers={"authorization": f"Bearer {API_KEY}"},
+    timeout=120,
 )
 reply.raise_for_status()
 print(reply.json()["choices"][0]["message"]["content"])

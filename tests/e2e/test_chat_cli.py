@@ -87,6 +87,15 @@ def test_run_answers_once_from_arguments_or_stdin(server: Server) -> None:
     assert piped.stdout.strip()
 
 
+def test_run_finds_the_server_by_its_port_without_a_url(server: Server) -> None:
+    """`ZEST_PORT=9000 make serve` and a `zest run` in the same shell meet."""
+    port = server.base_url.rsplit(":", 1)[1]
+    env = {k: v for k, v in ENV.items() if k not in ("ZEST_URL", "ZEST_HOST")}
+    answered = run_zest("run", "chat", "Hi", "--max-tokens", "4", env={**env, "ZEST_PORT": port})
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stderr.startswith("[smollm2 on ")
+
+
 def test_run_names_what_is_wrong(server: Server) -> None:
     unknown = run_zest("run", "nosuch", "hi", "--url", server.base_url, env=ENV)
     assert unknown.returncode == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -35,6 +36,57 @@ def run_example(
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+# The server each `make serve` line of an example's docstring starts: its fixture here.
+SERVERS = {
+    "make serve": "server",
+    "make serve ROUTES=examples/routes/extraction.yaml": "extraction",
+    "make serve ROUTES=examples/routes/embeddings.yaml": "embeddings",
+}
+
+
+def docstring(example: Path) -> list[str]:
+    return (ast.get_docstring(ast.parse(example.read_text())) or "").splitlines()
+
+
+def documented_usage(example: Path) -> tuple[str, str]:
+    """The `make serve …` line an example's docstring says to run first, and its own command."""
+    lines = [line.split("  #")[0].strip() for line in docstring(example)]
+    serve = [line for line in lines if line.startswith("make serve")]
+    command = [
+        line for line in lines if line.startswith(f".venv/bin/python examples/{example.name}")
+    ]
+    assert len(serve) == 1, f"{example.name}: its docstring names no one `make serve` line"
+    assert len(command) == 1, f"{example.name}: its docstring shows no one command running it"
+    return serve[0], command[0]
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES.glob("[!_]*.py")), ids=lambda p: p.name)
+def test_every_example_runs_as_its_docstring_says(
+    example: Path, request: pytest.FixtureRequest
+) -> None:
+    """After the two set-up commands, or with the one `make serve ROUTES=…` its first line
+    names; the client finds the server by ZEST_PORT, as in `ZEST_PORT=9000 make serve`."""
+    serve, command = documented_usage(example)
+    assert serve in SERVERS, f"{example.name}: {serve!r} is not a server this test starts"
+    if serve != "make serve":
+        assert f"`{serve}`" in docstring(example)[0], (
+            f"{example.name}: its first line must name `{serve}`"
+        )
+    running: Server = request.getfixturevalue(SERVERS[serve])
+    env = {k: v for k, v in os.environ.items() if k not in ("ZEST_URL", "ZEST_HOST")}
+    result = subprocess.run(
+        ["bash", "-c", command.replace(".venv/bin/python", sys.executable, 1)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**env, "ZEST_PORT": running.base_url.rsplit(":", 1)[1]},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
 
 
 def test_chat_example_streams_with_usage(server: Server) -> None:
@@ -107,6 +159,14 @@ def test_the_extraction_task_answers_in_its_schema_whatever_the_client_sends(
             response_format={"type": "json_object"},
         )
     assert set(json.loads(answer.choices[0].message.content or "")) == set(invoice)
+
+
+@pytest.fixture(scope="module")
+def embeddings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("embeddings") / "zest.log"
+    running = start_server(EXAMPLES / "routes" / "embeddings.yaml", log)
+    yield running
+    stop_server(running)
 
 
 @pytest.fixture
