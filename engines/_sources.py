@@ -13,7 +13,13 @@ from pathlib import Path
 
 from zest.errors import ModelFileMissingError
 
-__all__ = ["ModelFileMissingError", "hf_hub_cache_dir", "resolve_source", "zest_cache_dir"]
+__all__ = [
+    "MADE_BY",
+    "ModelFileMissingError",
+    "hf_hub_cache_dir",
+    "resolve_source",
+    "zest_cache_dir",
+]
 
 
 def resolve_source(source: str, base_dir: Path, revision: str | None = None) -> Path:
@@ -99,15 +105,29 @@ def zest_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "zest"
 
 
+# The models zest's own make targets put in its cache (names as engines.convert,
+# convert_embedding and assembled write them): their hint names the target that makes each.
+MADE_BY = {
+    "smollm2-135m-instruct-int4-cpu": ("make onnx-model", "the bundled SmolLM2 as an ONNX model"),
+    "all-minilm-l6-v2-f16.gguf": ("make embedding-model", "the all-MiniLM-L6-v2 embedding model"),
+    "gemma-3-270m-q4_k_m.gguf": ("make gemma-model", "Gemma 3 270M"),
+}
+
+
 def _from_zest_cache(source: str) -> Path:
     path = zest_cache_dir() / "models" / source.removeprefix("cache:")
     if path.exists():
         return _regular(path)
+    if path.name in MADE_BY:
+        target, what = MADE_BY[path.name]
+        raise ModelFileMissingError(
+            f"model {source}: not in zest's cache ({path}): `{target}` puts {what} there "
+            "(`make test` runs it too)"
+        )
     raise ModelFileMissingError(
-        f"model {source}: not in zest's cache ({path}): `make onnx-model` "
-        "(python -m zest.engines.convert) puts the bundled SmolLM2 ONNX model there; "
-        f"`zest models pull FILE_OR_URL --name {path.name}` puts others there, "
-        "or point source at their folder"
+        f"model {source}: not in zest's cache ({path}): "
+        f"`zest models pull FILE_OR_URL --name {path.name}` puts a model there, "
+        "or point source at its file or folder"
     )
 
 

