@@ -17,6 +17,7 @@ from zest.gateway.cli._chat import add_chat_commands
 from zest.gateway.cli._eval import add_eval_command
 from zest.gateway.cli._init import ROUTES_HELP, add_init_command, routes_file
 from zest.gateway.cli._models import add_models_command
+from zest.gateway.cli._route_test import add_route_command
 from zest.gateway.cli._serve import add_serve_command
 from zest.gateway.cli._settings import preflight_or_raise, settings_from
 from zest.gateway.cli._tables import print_table
@@ -89,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     add_init_command(commands)
     add_models_command(commands)
     add_eval_command(commands)
+    add_route_command(commands)
     add_chat_commands(commands)
 
     bench = commands.add_parser(

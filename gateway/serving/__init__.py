@@ -1,6 +1,7 @@
 """What serves a request apart from HTTP: the runtime (routes in force, inventory, engine
 pool), a request's walk through its plan, explain, hot reload, timeouts and settings."""
 
+from zest.gateway.serving._decision import ParsedRequest, decide_request, explain_request
 from zest.gateway.serving._drain import Drain
 from zest.gateway.serving._embedding import Embedded, embed_inputs
 from zest.gateway.serving._events import RequestEvents
@@ -64,6 +65,7 @@ __all__ = [
     "Embedded",
     "EmbeddingRequest",
     "Generation",
+    "ParsedRequest",
     "Preflight",
     "PreloadTarget",
     "ReloadOutcome",
@@ -80,8 +82,10 @@ __all__ = [
     "ToolUse",
     "build_prompt",
     "close_all",
+    "decide_request",
     "describe_inventory",
     "embed_inputs",
+    "explain_request",
     "explain_task",
     "first_delta",
     "format_explanation",

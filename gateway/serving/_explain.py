@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,11 +42,13 @@ def explain_task(
     *,
     strict_privacy: bool = False,
     contexts: Mapping[str, int | None] | None = None,
+    route: RouteConfig | None = None,
 ) -> dict[str, Any]:
     """The plan for `task` without running it; an impossible plan is shown with its error.
     Each attempt says what its budget does to a prompt of `prompt_tokens` tokens, with the
-    model's context from `contexts` (by model id; default: the declared context_length)."""
-    route = find_route(task, None, routes)
+    model's context from `contexts` (by model id; default: the declared context_length).
+    `route`: the task's route as a routing rule hands it over (its privacy tightened)."""
+    route = route or find_route(task, None, routes)
     result: dict[str, Any] = {
         "task": task,
         "prompt_tokens": prompt_tokens,
@@ -138,6 +141,7 @@ def format_explanation(explained: dict[str, Any]) -> str:
     """The human-readable form `zest explain` prints."""
     route = explained["route"]
     lines = [
+        *_decision_lines(explained),
         f"task {explained['task']}: {route['kind']} route, model {route['model']} "
         f"({explained['engine']}), device {route['device']}, allow_cpu {route['allow_cpu']}, "
         f"on_failure {route['on_failure']}; prompt of {explained['prompt_tokens']} tokens",
@@ -153,6 +157,24 @@ def format_explanation(explained: dict[str, Any]) -> str:
     if "error" in explained:
         lines.append(f"error ({explained['error']['code']}): {explained['error']['message']}")
     return "\n".join(lines)
+
+
+def _decision_lines(explained: dict[str, Any]) -> list[str]:
+    """A request's routing decision (explain --request), its trace, one line per condition."""
+    decision = explained.get("decision")
+    if decision is None:
+        return []
+    rule = decision["matched_rule"] or "default (no rule matched)"
+    lines = [
+        f"decision: task {explained['requested_task']} -> route {decision['route_to']}, "
+        f"rule {rule}"
+        + (f", outputs {json.dumps(decision['outputs'])}" if decision["outputs"] else "")
+    ]
+    for entry in decision.get("trace", []):
+        extra = [f"{k} {entry[k]}" for k in ("score", "label", "cached", "error") if k in entry]
+        shown = f" ({', '.join(extra)})" if extra else ""
+        lines.append(f"  {entry['condition']}: {str(entry['result']).lower()}{shown}")
+    return lines
 
 
 def _policy_lines(explained: dict[str, Any]) -> list[str]:
