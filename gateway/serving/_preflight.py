@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from zest.engines import ModelFacts, engine_kind, inspect_model, verify_model
 from zest.errors import ModelDigestMismatchError, RequestError, ServiceUnavailableError
 from zest.gateway.serving._planning import plan_for
-from zest.router import Device, LoadedRoutes, ModelConfig, RemoteModel, RouteConfig
+from zest.router import (
+    Device,
+    LoadedRoutes,
+    ModelConfig,
+    RemoteModel,
+    RouteConfig,
+    rule_warnings,
+)
 
 __all__ = ["Preflight", "preflight"]
 
@@ -56,6 +63,7 @@ def preflight(
         else:  # as a start: a route with a fallback serves on without it
             warnings.append(f"{line} (no route needs it alone: its routes fall back)")
     warnings += _exposure_warnings(routes)
+    warnings += rule_warnings(config)  # a target's own rules, a target that would send data out
     for task, route in config.routes.items():
         problems += _route_problems(routes, task, route, facts)
         if devices is not None:

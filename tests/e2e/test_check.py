@@ -131,3 +131,31 @@ def test_exposing_remote_models_by_id_is_explicit_and_warned(tmp_path: Path) -> 
         "model(s) up by id, whatever the routes' privacy says: use expose_models: true (local "
         "models only) unless that is meant"
     ]
+
+
+def test_rules_that_would_not_do_what_they_say_are_warned(tmp_path: Path) -> None:
+    """A rule's target follows none of its own rules (one hop), and a local_only caller's
+    request keeps local_only on a target that allows remote attempts."""
+    models = (
+        f"  m: {{engine: llamacpp, source: '{SMOLLM2}'}}\n"
+        "  up: {engine: remote, base_url: 'http://127.0.0.1:9/v1', model: x}\n"
+    )
+    routes = (
+        "  chat:\n    kind: chat\n    model: m\n    max_tokens: 64\n    rules:\n"
+        "      - {id: code, when: {keywords_any: ['def ']}, to: open}\n"
+        "  open:\n    kind: chat\n    model: m\n    max_tokens: 64\n"
+        "    fallback: [{model: up}]\n    privacy: allow_remote\n    rules:\n"
+        "      - {id: short, when: {max_chars: 8}, to: chat}\n"
+    )
+    path = write(tmp_path, models, routes)
+    checked = zest("check", str(path))
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stderr.splitlines() == [
+        f"warning: {path}: routes.chat.rules.0.to: route 'open' has rules of its own, which a "
+        "request routed here by 'chat' does not follow (one hop)",
+        f"warning: {path}: routes.chat.rules.0.to: route 'open' allows remote attempts, but "
+        "'chat' is local_only: requests it sends there keep local_only, so those attempts are "
+        "skipped for them",
+        f"warning: {path}: routes.open.rules.0.to: route 'chat' has rules of its own, which a "
+        "request routed here by 'open' does not follow (one hop)",
+    ]

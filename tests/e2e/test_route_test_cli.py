@@ -1,0 +1,194 @@
+"""`zest route test CASES.jsonl`, run as the command: the example's cases pass through the
+server's own decision with the real models, a mismatch exits 1 with its table and trace, and
+a file of deterministic rules is decided without loading any model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.conftest import REPO, run_zest
+
+EXAMPLE = REPO / "examples" / "routes" / "routing.yaml"
+CASES = REPO / "examples" / "routes" / "routing.cases.jsonl"
+
+
+def zest(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_zest(*args, env={**os.environ, "ZEST_EMULATE_DEVICES": ""}, timeout=300)
+
+
+def chat(text: str, **extra: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}], **extra}
+
+
+def write_cases(path: Path, *cases: dict[str, Any]) -> Path:
+    path.write_text("".join(json.dumps(case) + "\n" for case in cases))
+    return path
+
+
+def test_the_examples_cases_pass() -> None:
+    result = zest("route", "test", str(CASES), "--routes", str(EXAMPLE))
+    assert result.returncode == 0, result.stdout + result.stderr
+    count = len(CASES.read_text().splitlines())
+    assert result.stdout.splitlines()[-1] == f"{count} passed, 0 failed"
+    rows = [line.split() for line in result.stdout.splitlines()[1 : count + 1]]
+    assert all("pass" in row for row in rows)
+    assert "classify: a math question" in result.stdout  # a model-backed case, decided
+
+
+# A file whose rules read the request alone, and whose model is no model at all: deciding
+# must never load it (or read its tokenizer).
+DETERMINISTIC = """\
+version: 1
+models:
+  junk: {engine: llamacpp, source: junk.gguf}
+routes:
+  chat:
+    kind: chat
+    model: junk
+    rules:
+      - id: private
+        when: {metadata: {key: consent, any: [denied, withdrawn]}}
+        to: chat-local
+        outputs: {reason: privacy}
+      - id: code
+        when: {any: [{keywords_any: ["def "]}, {regex: '\\bError\\b'}]}
+        to: chat-coder
+  chat-local: {kind: chat, model: junk}
+  chat-coder: {kind: chat, model: junk}
+"""
+
+
+def deterministic_routes(folder: Path) -> Path:
+    (folder / "junk.gguf").write_bytes(b"not a model")
+    path = folder / "routes.yaml"
+    path.write_text(DETERMINISTIC)
+    return path
+
+
+def test_deterministic_rules_load_no_model(tmp_path: Path) -> None:
+    cases = write_cases(
+        tmp_path / "cases.jsonl",
+        {
+            "name": "one of the tokens",
+            "task": "chat",
+            "request": chat("hello", metadata={"consent": "granted, withdrawn"}),
+            "expect": {"rule": "private", "route": "chat-local", "outputs": {"reason": "privacy"}},
+        },
+        {
+            "name": "regex",
+            "task": "chat",
+            "request": {"input": "it printed Error and stopped"},
+            "expect": {"rule": "code", "route": "chat-coder"},
+        },
+        {
+            "name": "nothing matches",
+            "task": "chat",
+            "request": {"messages": [{"role": "user", "content": "hi"}], "user": "u1"},
+            "expect": {"rule": "default", "route": "chat"},
+        },
+    )
+    result = zest("route", "test", str(cases), "--routes", str(deterministic_routes(tmp_path)))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "3 passed, 0 failed"
+    assert result.stderr == ""  # nothing loaded, nothing logged
+
+
+def test_a_mismatch_exits_1_with_the_table_and_the_trace(tmp_path: Path) -> None:
+    cases = write_cases(
+        tmp_path / "cases.jsonl",
+        {
+            "name": "right",
+            "task": "chat",
+            "request": chat("def f(): pass"),
+            "expect": {"rule": "code", "route": "chat-coder"},
+        },
+        {
+            "name": "wrong",
+            "task": "chat",
+            "request": chat("def f(): pass"),
+            "expect": {"rule": "private", "route": "chat-local", "outputs": {"reason": "x"}},
+        },
+    )
+    result = zest("route", "test", str(cases), "--routes", str(deterministic_routes(tmp_path)))
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["CASE", "TASK", "RESULT", "EXPECTED", "GOT"]
+    got = ["code", "->", "chat-coder"]
+    assert lines[1].split() == ["right", "chat", "pass", *got, *got]
+    assert lines[2].split() == [
+        "wrong",
+        "chat",
+        "FAIL",
+        "private",
+        "->",
+        "chat-local",
+        '{"reason":',
+        '"x"}',
+        "code",
+        "->",
+        "chat-coder",
+        "{}",
+    ]
+    assert lines[3:] == [
+        "",
+        "wrong: rule, route, outputs differ; trace:",
+        '  {"condition": "metadata: {\\"key\\": \\"consent\\", \\"any\\": [\\"denied\\", '
+        '\\"withdrawn\\"]}", "result": false}',
+        '  {"condition": "keywords_any: [\\"def \\"]", "result": true}',
+        "",
+        "1 passed, 1 failed",
+    ]
+
+
+def test_a_case_that_fails_to_decide_is_a_failure_with_the_reason(tmp_path: Path) -> None:
+    cases = write_cases(
+        tmp_path / "cases.jsonl",
+        {
+            "name": "bad request",
+            "task": "chat",
+            "request": {"messages": [], "metadata": {"k": "v"}},
+            "expect": {"rule": "default", "route": "chat"},
+        },
+    )
+    result = zest("route", "test", str(cases), "--routes", str(deterministic_routes(tmp_path)))
+    assert result.returncode == 1
+    assert (
+        "bad request: failed: request.messages: Value error, messages must hold at least one "
+        "message (as /v1/chat/completions reads it)"
+    ) in result.stdout
+
+
+def test_a_file_naming_what_the_routes_lack_is_refused_before_any_case(tmp_path: Path) -> None:
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(
+        json.dumps(
+            {
+                "name": "typo",
+                "task": "chta",
+                "request": chat("hi"),
+                "expect": {"rule": "default", "route": "chat"},
+            }
+        )
+        + "\n"
+        + json.dumps(
+            {
+                "name": "rule typo",
+                "task": "chat",
+                "request": chat("hi"),
+                "expect": {"rule": "privat", "route": "chat-local"},
+            }
+        )
+        + "\nnot json\n"
+    )
+    result = zest("route", "test", str(cases), "--routes", str(deterministic_routes(tmp_path)))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"{cases}:1: task: no route 'chta': did you mean 'chat'?",
+        f"{cases}:2: expect.rule: route 'chat' has no rule 'privat': did you mean 'private'?",
+        f"{cases}:3: not JSON: Expecting value",
+    ]
