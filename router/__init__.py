@@ -13,7 +13,7 @@ from zest.router._decide import (
     ascii_fold,
     decide,
 )
-from zest.router._load import LoadedRoutes, load_routes, parse_routes
+from zest.router._load import LoadedRoutes, check_routes, load_routes, parse_routes
 from zest.router._placement import (
     DEVICE_ORDER,
     REMOTE_DEVICE,
@@ -120,6 +120,7 @@ __all__ = [
     "TraceEntry",
     "ascii_fold",
     "check_json_schema",
+    "check_routes",
     "compile_regex",
     "condition_text",
     "decide",

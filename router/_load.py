@@ -14,11 +14,11 @@ from pydantic_core import ErrorDetails
 
 from zest.errors import ConfigError
 from zest.router._placement import parse_device
-from zest.router._rules_check import file_phrase_problems, rule_problems
+from zest.router._rules_check import file_phrase_problems, rule_problems, walk_conditions
 from zest.router._schema import ENGINE_MODELS, ENGINES, LlamaCppModel, RouteConfig, RoutesFile
 from zest.router._yaml import read_routes_file, safe_yaml
 
-__all__ = ["LoadedRoutes", "load_routes", "parse_routes"]
+__all__ = ["LoadedRoutes", "check_routes", "load_routes", "parse_routes"]
 
 # Keys refused with a reason rather than a spelling hint: a secret never belongs in the file.
 _REFUSED_KEYS = {
@@ -49,32 +49,91 @@ class LoadedRoutes:
 
 def load_routes(path: str | Path) -> LoadedRoutes:
     """Read and validate a routes file; raise ConfigError listing every problem found."""
+    loaded, problems = check_routes(path)
+    if problems or loaded is None:
+        raise ConfigError(problems)
+    return loaded
+
+
+def check_routes(path: str | Path) -> tuple[LoadedRoutes | None, list[str]]:
+    """Every problem of a routes file, in one pass, and its sound part: the whole file when
+    there is none, else the models and routes that have none of their own (what the model-file
+    checks can still read), or None when too little of it validates. A file that is not YAML
+    (or not a mapping) raises ConfigError."""
     path = Path(path)
     text = read_routes_file(path)
-    config = parse_routes(text, str(path))
-    return LoadedRoutes(config=config, path=path.resolve(), named_path=path.absolute())
+    config, problems = _checked_text(text, str(path))
+    if config is None:
+        return None, problems
+    return LoadedRoutes(config=config, path=path.resolve(), named_path=path.absolute()), problems
 
 
 def parse_routes(text: str, filename: str) -> RoutesFile:
     """Validate routes.yaml text; `filename` prefixes every error line."""
+    config, problems = _checked_text(text, filename)
+    if problems or config is None:
+        raise ConfigError(problems)
+    return config
+
+
+def _checked_text(text: str, filename: str) -> tuple[RoutesFile | None, list[str]]:
     try:
-        return _validated(text, filename)
+        return _checked(text, filename)
     except RecursionError:  # thousands of nested levels: deeper than the parser goes
         raise ConfigError(
             [f"{filename}: the YAML nests too deeply: a routes file nests a few levels"]
         ) from None
 
 
-def _validated(text: str, filename: str) -> RoutesFile:
+@dataclass(frozen=True)
+class _Parts:
+    """What of a file validated: its config (without the entries that did not), and the names
+    of the models and routes it declares that did not (nothing refers to them soundly)."""
+
+    config: RoutesFile
+    broken_models: frozenset[str] = frozenset()
+    broken_routes: frozenset[str] = frozenset()
+
+
+def _checked(text: str, filename: str) -> tuple[RoutesFile | None, list[str]]:
+    """The sound part of the file and every problem: the schema's of every part at once, then
+    the cross-references of the parts that validated (not only once the whole file does)."""
     data = _parse_yaml(text, filename)
     try:
-        config = RoutesFile.model_validate(data)
+        parts: _Parts | None = _Parts(RoutesFile.model_validate(data))
+        schema: list[str] = []
     except ValidationError as exc:
-        raise ConfigError([_format_error(filename, err) for err in exc.errors()]) from None
-    problems = _cross_reference_problems(config)
-    if problems:
-        raise ConfigError([f"{filename}: {problem}" for problem in problems])
-    return config
+        schema = [_format_error(filename, err) for err in exc.errors()]
+        parts = _validated_parts(data, exc)
+    if parts is None:
+        return None, schema
+    sound, problems = _cross_reference_problems(parts)
+    return sound, schema + [f"{filename}: {problem}" for problem in problems]
+
+
+def _validated_parts(data: dict[str, Any], exc: ValidationError) -> _Parts | None:
+    """The file without what its schema errors are in: each model or route with an error is
+    left out (named in broken_*), another top-level key with one falls back to its default.
+    None when a table itself is wrong (not a mapping, a bad name, empty)."""
+    broken: dict[str, set[str]] = {"models": set(), "routes": set()}
+    dropped: set[str] = set()
+    for err in exc.errors():
+        key = str(err["loc"][0]) if err["loc"] else ""
+        if key in broken and len(err["loc"]) >= 2:
+            broken[key].add(str(err["loc"][1]))
+        elif key in broken or not key:
+            return None
+        else:
+            dropped.add(key)
+    kept = {key: value for key, value in data.items() if key not in dropped}
+    for table, names in broken.items():
+        kept[table] = {n: v for n, v in data[table].items() if str(n) not in names}
+    kept["version"] = 1
+    try:
+        config = RoutesFile.model_validate(kept)
+    except ValidationError:  # a table left empty: nothing to cross-check
+        return None
+    return _Parts(config, frozenset(broken["models"]), frozenset(broken["routes"]))
 
 
 def _parse_yaml(text: str, filename: str) -> dict[str, Any]:
@@ -88,15 +147,44 @@ def _parse_yaml(text: str, filename: str) -> dict[str, Any]:
     return data
 
 
-def _cross_reference_problems(config: RoutesFile) -> list[str]:
+def _cross_reference_problems(parts: _Parts) -> tuple[RoutesFile, list[str]]:
+    """The problems between the parts that validated, and the config of the sound routes
+    (those with none). A route that refers to a broken model or route is left unchecked: what
+    it refers to is not known yet."""
+    config = parts.config
     problems: list[str] = []
+    sound: dict[str, RouteConfig] = {}
     for task, route in config.routes.items():
-        problems += _route_problems(config, f"routes.{task}", route)
-        problems += rule_problems(config, task, route)
-    return problems + file_phrase_problems(config) + _preload_problems(config)
+        models, routes = _references(route)
+        if models & parts.broken_models or routes & parts.broken_routes:
+            continue
+        found = _route_problems(config, f"routes.{task}", route)
+        found += rule_problems(config, task, route)
+        problems += found
+        if not found:
+            sound[task] = route
+    problems += file_phrase_problems(config) + _preload_problems(config, parts.broken_models)
+    if problems or len(sound) < len(config.routes):
+        config = config.model_copy(update={"routes": sound})
+    return config, problems
 
 
-def _preload_problems(config: RoutesFile) -> list[str]:
+def _references(route: RouteConfig) -> tuple[set[str], set[str]]:
+    """The models and the routes a route names."""
+    models = {route.model} | {entry.model for entry in route.fallback}
+    routes: set[str] = set()
+    for number, rule in enumerate(route.rules):
+        routes.add(rule.to)
+        for condition, _ in walk_conditions(rule.when, str(number)):
+            if condition.queued_over is not None:
+                routes.add(condition.queued_over.route)
+            for via in (condition.similar_to, condition.classify):
+                if via is not None:
+                    routes.add(via.via)
+    return models, routes
+
+
+def _preload_problems(config: RoutesFile, broken: frozenset[str] = frozenset()) -> list[str]:
     preload = config.lifecycle.preload
     if preload == "routes":
         return []
@@ -104,6 +192,8 @@ def _preload_problems(config: RoutesFile) -> list[str]:
     problems = []
     for number, model in enumerate(preload):
         at = f"lifecycle.preload.{number}"
+        if model in broken:  # declared, with problems of its own
+            continue
         if model not in config.models:
             problems.append(f"{at}: unknown model {model!r} (known: {known})")
         elif not config.models[model].local:

@@ -19,7 +19,7 @@ from zest.gateway.cli._init import ROUTES_HELP, add_init_command, routes_file
 from zest.gateway.cli._models import add_models_command
 from zest.gateway.cli._route_test import add_route_command
 from zest.gateway.cli._serve import add_serve_command
-from zest.gateway.cli._settings import preflight_or_raise, settings_from
+from zest.gateway.cli._settings import checked_or_raise, settings_from
 from zest.gateway.cli._tables import print_table
 from zest.router import REMOTE_DEVICE, LoadedRoutes, ModelConfig, RemoteModel, load_routes
 
@@ -207,14 +207,11 @@ def _explain(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     settings = settings_from(routes=args.file)
-    loaded = load_routes(routes_file(settings.routes))
-    facts: dict[str, ModelFacts] = {}
-    pins: dict[str, str] = {}
-    if not args.no_models:
-        checked = preflight_or_raise(loaded, settings)
-        for warning in checked.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
-        facts, pins = checked.facts, checked.pins
+    path = routes_file(settings.routes)
+    loaded, checked = checked_or_raise(path, settings, models=not args.no_models)
+    for warning in checked.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    facts, pins = checked.facts, checked.pins
     _print_routes(loaded)
     if facts:
         print()

@@ -3,13 +3,15 @@ checks a start makes on a routes file before anything loads."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import ValidationError
 
 from zest.errors import ConfigError
 from zest.gateway.serving import Preflight, Settings
-from zest.router import LoadedRoutes
+from zest.router import LoadedRoutes, check_routes
 
-__all__ = ["preflight_or_raise", "settings_from"]
+__all__ = ["checked_or_raise", "preflight_or_raise", "settings_from"]
 
 
 def settings_from(**overrides: object) -> Settings:
@@ -36,3 +38,21 @@ def preflight_or_raise(loaded: LoadedRoutes, settings: Settings) -> Preflight:
     if checked.problems:
         raise ConfigError(checked.problems)
     return checked
+
+
+def checked_or_raise(
+    path: Path, settings: Settings, *, models: bool = True
+) -> tuple[LoadedRoutes, Preflight]:
+    """The routes file, and what its model files said (`models`: read them), or ConfigError
+    with every problem of both at once: the model files of the file's sound parts are read
+    even when other parts have problems, so that one run lists them all."""
+    loaded, problems = check_routes(path)
+    checked = Preflight()
+    if models and loaded is not None:
+        try:
+            checked = preflight_or_raise(loaded, settings)
+        except ConfigError as exc:
+            problems += exc.problems
+    if problems or loaded is None:
+        raise ConfigError(problems)
+    return loaded, checked

@@ -88,6 +88,31 @@ def test_check_and_serve_refuse_what_only_the_model_files_reveal(
     assert unread.stdout.splitlines()[-1].endswith("checked the file alone)")
 
 
+def test_three_typos_in_three_places_take_one_run(tmp_path: Path) -> None:
+    """A schema error, a reference to no model and a model file that is not there: each stage
+    of the check goes on over the parts the earlier ones let through."""
+    path = write(
+        tmp_path,
+        f"  m: {{engine: llamacpp, source: '{SMOLLM2}'}}\n"
+        "  notes: {engine: llamacpp, source: notes.gguff}\n",
+        "  chat: {kind: chat, model: m, max_tokns: 64}\n"
+        "  autocomplete: {kind: completion, model: mm, max_tokens: 32}\n"
+        "  summarization: {kind: chat, model: notes, max_tokens: 64}\n",
+    )
+    checked = zest("check", str(path))
+    assert (checked.returncode, checked.stdout) == (1, "")
+    assert [line.split(": ", 2)[1] for line in checked.stderr.splitlines()] == [
+        "routes.chat.max_tokns",
+        "routes.autocomplete.model",
+        "models.notes.source",
+    ]
+    assert checked.stderr.splitlines()[1:] == [
+        f"{path}: routes.autocomplete.model: unknown model 'mm' (known: m, notes)",
+        f"{path}: models.notes.source: model file not found: {tmp_path}/notes.gguff: copy the "
+        "model there or fix the source path",
+    ]
+
+
 def test_a_fifo_as_the_model_source_is_refused_at_once(tmp_path: Path) -> None:
     """A reader would block on it forever (the load could not be interrupted)."""
     os.mkfifo(tmp_path / "model.gguf")

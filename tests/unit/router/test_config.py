@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from zest.errors import ConfigError
-from zest.router import OnnxGenaiOptions, load_routes, parse_routes
+from zest.router import OnnxGenaiOptions, check_routes, load_routes, parse_routes
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -95,6 +95,62 @@ def test_every_problem_is_reported_at_once() -> None:
         "hybrid, or PREFILL->DECODE with two different devices, such as npu->gpu",
         "routes.yaml: routes.chat.max_tokens: input should be greater than or equal to 1, got 0",
     ]
+
+
+THREE_TYPOS = """\
+version: 1
+lifecycle: {preload: [smollm2, broken], max_loaded: 2}
+models:
+  smollm2: {engine: llamacpp, source: m.gguf}
+  broken: {engine: llamacpp, source: b.gguf, context_length: many}
+routes:
+  chat: {kind: chat, model: smollm2, max_tokns: 64}
+  autocomplete: {kind: completion, model: smolm2}
+  summarization: {kind: chat, model: smollm2, fallback: [{model: smollm3}], on_failure: next}
+  notes: {kind: chat, model: broken}
+"""
+
+
+def test_schema_and_cross_reference_problems_come_in_one_pass() -> None:
+    """The cross-references of the parts that validated are checked although other parts
+    have schema errors; a route naming a broken model waits for that model to be fixed."""
+    assert problems(THREE_TYPOS) == [
+        "routes.yaml: lifecycle.max_loaded: unknown key 'max_loaded': did you mean "
+        "'max_loaded_models'? (allowed: load_timeout_s, max_loaded_models, preload)",
+        "routes.yaml: models.broken.context_length: input should be a valid integer, unable to "
+        "parse string as an integer, got 'many'",
+        "routes.yaml: routes.chat.max_tokns: unknown key 'max_tokns': did you mean "
+        "'max_tokens'? (allowed: allow_cpu, context, description, device, examples, fallback, "
+        "hybrid_min_prompt_tokens, kind, max_tokens, model, on_failure, phrases, priority, "
+        "privacy, response_format, rules, sampling, slo, speculative, system_prompt, timeouts, "
+        "tools)",
+        "routes.yaml: routes.autocomplete.model: unknown model 'smolm2' (known: smollm2)",
+        "routes.yaml: routes.summarization.fallback.0.model: unknown model 'smollm3' "
+        "(known: smollm2)",
+    ]
+
+
+def test_a_rule_naming_a_broken_route_is_left_for_the_next_run() -> None:
+    text = VALID.replace("model: smollm2}", "model: smollm2, devcie: cpu}") + (
+        "  router:\n    kind: chat\n    model: smollm2\n"
+        "    rules: [{id: long, when: {min_prompt_tokens: 100}, to: chat}]\n"
+    )
+    assert [line.split(": ")[1] for line in problems(text)] == ["routes.chat.devcie"]
+
+
+def test_check_routes_gives_the_sound_part_of_a_file_with_problems(tmp_path: Path) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text(THREE_TYPOS)
+    loaded, found = check_routes(path)
+    assert len(found) == 5
+    assert loaded is not None
+    assert set(loaded.config.models) == {"smollm2"}
+    assert set(loaded.config.routes) == set()  # every route has a problem or names one
+    path.write_text(VALID)
+    loaded, found = check_routes(path)
+    assert found == []
+    assert loaded is not None
+    assert set(loaded.config.routes) == {"chat"}
 
 
 @pytest.mark.parametrize(
