@@ -22,6 +22,8 @@ Validated at load: the evaluation (router/_decide.py) never meets a malformed ru
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
@@ -34,6 +36,7 @@ __all__ = [
     "Rule",
     "SimilarTo",
     "compile_regex",
+    "leaf_text",
 ]
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -43,9 +46,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def compile_regex(pattern: str) -> Any:
+def compile_regex(pattern: str | bytes) -> Any:
     """The pattern compiled by RE2 (linear time: no input makes it backtrack); ValueError
-    naming the construct RE2 refuses (a backreference, a lookaround...)."""
+    naming the construct RE2 refuses (a backreference, a lookaround...). A bytes pattern is
+    UTF-8 too (RE2's default), for searching UTF-8 bytes."""
     import re2
 
     options = re2.Options()
@@ -58,6 +62,16 @@ def compile_regex(pattern: str) -> Any:
             f"regex {pattern!r} is not one RE2 runs ({reason}): zest matches in linear time, "
             "so backreferences and lookarounds are out; rewrite it without them"
         ) from None
+
+
+def leaf_text(kind: str, value: Any) -> str:
+    """One condition kind and its value, as the decision's trace names it: a model-backed one
+    without its defaults (timeout_s, on_error), the others without their unset fields."""
+    if isinstance(value, _ModelBacked):
+        value = value.model_dump(exclude_defaults=True)
+    elif isinstance(value, BaseModel):
+        value = value.model_dump(exclude_none=True)
+    return f"{kind}: {json.dumps(value, ensure_ascii=False, default=str)}"
 
 
 class MetadataMatch(_Strict):
@@ -182,7 +196,27 @@ class Condition(_Strict):
     def kinds(self) -> tuple[str, ...]:
         """The condition kinds set here, in evaluation order (the field order above: cheap
         ones first, so a model-backed one runs only when the rest hold)."""
+        return self._kinds
+
+    def parts(self) -> tuple[tuple[str, Any, str], ...]:
+        """Each kind set here, in evaluation order, with its value and its text as the trace
+        names it (a combinator's text is its kind)."""
+        return self._parts
+
+    # Worked out once per condition, not per request: a table's rules are evaluated for every
+    # request (pydantic compares and dumps fields only, so these caches are invisible to it).
+    @functools.cached_property
+    def _kinds(self) -> tuple[str, ...]:
         return tuple(name for name in type(self).model_fields if getattr(self, name) is not None)
+
+    @functools.cached_property
+    def _parts(self) -> tuple[tuple[str, Any, str], ...]:
+        combinators = ("any", "all", "not_")
+        return tuple(
+            (kind, value, kind if kind in combinators else leaf_text(kind, value))
+            for kind in self._kinds
+            for value in (getattr(self, kind),)
+        )
 
 
 class Rule(_Strict):

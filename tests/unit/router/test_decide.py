@@ -11,12 +11,14 @@ from pydantic import ValidationError
 
 from zest.router import (
     Classify,
+    Condition,
     Decision,
     ModelResult,
     Pending,
     RouteInput,
     Rule,
     SimilarTo,
+    ascii_fold,
     decide,
 )
 
@@ -46,6 +48,14 @@ def test_keywords_fold_ascii_only() -> None:
     assert holds({"keywords_any": ["É"]}, "CAFÉ")
 
 
+@pytest.mark.parametrize(
+    "text", ["CAFÉ Déjà VU", "İSTANBUL ẞ Ω K", "A\ud800B\udfffC", "ÀÉÎÕÜ", "", "MiXeD 123 _-"]
+)
+def test_ascii_fold_lowers_a_to_z_and_nothing_else(text: str) -> None:
+    lowered_ascii = "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in text)
+    assert ascii_fold(text) == lowered_ascii
+
+
 def test_keywords_all_needs_every_keyword() -> None:
     assert holds({"keywords_all": ["error", "python"]}, "Python raised an ERROR")
     assert not holds({"keywords_all": ["error", "python"]}, "Python is fine")
@@ -72,6 +82,15 @@ def test_a_catastrophic_pattern_runs_in_linear_time() -> None:
 
 def test_regex_takes_a_lone_surrogate() -> None:
     assert holds({"regex": "b$"}, "a\udc00b")
+    assert holds({"regex": r"a\?b"}, "a\udc00b")  # searched as `?`
+
+
+def test_regex_matches_characters_not_bytes() -> None:
+    """The text is searched as UTF-8 bytes by a UTF-8 pattern: `.` is one character (two
+    bytes for `ñ`), and a class's range holds characters, not bytes."""
+    assert holds({"regex": "é.x"}, "aéñx")
+    assert not holds({"regex": "é..x"}, "aéñx")
+    assert holds({"regex": "^[à-ÿ]{3}$"}, "éñü")
 
 
 # --- lengths: UTF-8 bytes, inclusive; prompt tokens as the model counts them -------------------
@@ -289,3 +308,19 @@ def test_classify_matches_its_label_and_an_error_takes_the_default_label() -> No
 def test_classify_labels_are_checked_at_load() -> None:
     with pytest.raises(ValidationError, match="label 'cod' is not among labels"):
         rule({"classify": {**CLASSIFY["classify"], "label": "cod"}})
+
+
+# --- a table is worked out once per condition, invisibly -------------------------------------
+
+
+def test_a_condition_s_cached_parts_leave_its_equality_hash_and_dump_alone() -> None:
+    when = {"keywords_any": ["def "], "not": {"has_tools": True}, "max_chars": 9}
+    evaluated, fresh = rule(when).when, rule(when).when
+    assert holds(when, "def f()")  # another rule object: `evaluated` is still fresh here
+    decide("task", [Rule(id="r", when=evaluated, to="x")], RouteInput("def"))
+    assert [kind for kind, _, _ in evaluated.parts()] == ["keywords_any", "max_chars", "not_"]
+    assert evaluated == fresh
+    assert hash(evaluated) == hash(fresh)
+    assert evaluated.model_dump() == fresh.model_dump()
+    assert evaluated.model_dump_json() == fresh.model_dump_json()
+    assert isinstance(Condition.model_validate(evaluated.model_dump(by_alias=True)), Condition)
