@@ -10,7 +10,8 @@
         ├── BadRequestError         400 invalid_request_error
         │   └── ContextLengthExceededError   400 code=context_length_exceeded
         ├── AuthenticationError     401 code=invalid_api_key (WWW-Authenticate: Bearer)
-        ├── PermissionDeniedError   403 permission_error: an admin route without the admin key
+        ├── PermissionDeniedError   403 permission_error: an admin route without the admin key,
+        │                           a Host or a web page's Origin the server does not take
         ├── UnknownTaskError        404 code=model_not_found
         ├── UnsupportedMediaTypeError 415 code=unsupported_media_type: a body not sent as JSON
         ├── ModelBusyError          409 code=model_busy: unloading a model that serves requests
@@ -181,14 +182,15 @@ class AuthenticationError(RequestError):
 
 
 class PermissionDeniedError(RequestError):
-    """A known key that may not do this (an API key on an admin route)."""
+    """A known key that may not do this (an API key on an admin route), or a request a web
+    page could have sent unasked (code host_not_allowed or origin_not_allowed)."""
 
     status_code = 403
     error_type = "permission_error"
     outcome = "permission_denied"
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, code="admin_key_required")
+    def __init__(self, message: str, *, code: str = "admin_key_required") -> None:
+        super().__init__(message, code=code)
 
 
 class UnknownTaskError(RequestError):

@@ -48,7 +48,13 @@ def add_serve_command(commands: Any) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from zest.engines import detect_inventory
-    from zest.gateway.http import AccessLog, AccessPolicy, create_app, exposure_warning
+    from zest.gateway.http import (
+        AccessLog,
+        AccessPolicy,
+        HostRule,
+        create_app,
+        exposure_warning,
+    )
     from zest.gateway.serving import Drain, Runtime
 
     settings = settings_from(
@@ -63,6 +69,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     policy = AccessPolicy.from_settings(settings)  # a bad ZEST_API_KEYS_FILE fails here, early
     log.info(policy.describe())
+    log.info(HostRule.from_settings(settings).describe())  # a bad ZEST_ALLOWED_HOSTS fails here
     if warning := exposure_warning(settings.host, settings.port, policy):
         log.warning(warning)
     routes = load_routes(routes_file(settings.routes))

@@ -34,6 +34,7 @@ from zest.gateway.http._ops import (
     OPS_HANDLERS,
     describe_loaded,
 )
+from zest.gateway.http._origin import HostRule
 from zest.gateway.http._responses import (
     collect_body,
     sse_events,
@@ -53,6 +54,7 @@ __all__ = [
     "AccessLog",
     "AccessPolicy",
     "AuthGuard",
+    "HostRule",
     "HttpSecurity",
     "Metrics",
     "RedactCredentials",

@@ -7,6 +7,8 @@ Rules (README, Security):
 - admin routes (handlers with ``opt={"admin": True}``) need the admin key; an API key is not
   enough. Without an admin key they are open only where the API is: no API keys and a loopback
   bind. Anywhere else a reachable admin route would let anyone reload or unload models.
+- a key is sent as `Authorization: Bearer KEY` (the scheme in any case) or `x-api-key: KEY`;
+  an Authorization header of another scheme, or a bare key, is a 401 that says so.
 """
 
 from __future__ import annotations
@@ -102,13 +104,20 @@ def exposure_warning(host: str, port: int, policy: AccessPolicy) -> str | None:
 
 
 def credential_of(headers: Mapping[str, str]) -> str | None:
-    """The key a request presents: `Authorization: Bearer KEY`, else `x-api-key: KEY`."""
+    """The key a request presents: `Authorization: Bearer KEY`, else `x-api-key: KEY`.
+    Raises AuthenticationError for an Authorization header of another scheme, or none (a
+    bare key): what it holds is never quoted, it may be a key."""
     authorization = headers.get("authorization")
     if authorization is None:
         return headers.get("x-api-key")
-    scheme, _, token = authorization.partition(" ")
-    # Another scheme (Basic, ...) is kept whole: it matches no key, so it is answered 401.
-    return token.strip() if scheme.lower() == "bearer" else authorization
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        raise AuthenticationError(
+            "the Authorization header must be 'Bearer <key>' (the word Bearer, a space, the "
+            "key); other schemes and a bare key are refused: send 'Authorization: Bearer <key>' "
+            "or 'x-api-key: <key>'"
+        )
+    return token.strip()
 
 
 def _matches(credential: str | None, keys: Iterable[str]) -> bool:
@@ -197,9 +206,11 @@ class AuthGuard:
         if connection.scope["path"].rstrip("/") in PUBLIC_PATHS or handler.opt.get("public"):
             return
         admin = bool(handler.opt.get("admin"))
+        credential = None  # read only where a key is needed: an open server ignores the header
         if self.policy.api_keys or (admin and self.policy.admin_key):
             _one_credential(connection)
-        self.policy.authorize(credential_of(connection.headers), admin=admin)
+            credential = credential_of(connection.headers)
+        self.policy.authorize(credential, admin=admin)
 
 
 def _one_credential(connection: ASGIConnection[Any, Any, Any, Any]) -> None:

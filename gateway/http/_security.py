@@ -1,4 +1,5 @@
-"""The app's security settings in Litestar's terms: the auth guard, CORS, the body size limit."""
+"""The app's security settings in Litestar's terms: the guards (what a web page could send,
+then the keys), CORS, the body size limit."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from litestar.config.cors import CORSConfig
 
 from zest.gateway.http._auth import AccessPolicy, AuthGuard
+from zest.gateway.http._origin import BrowserGuard, HostRule, OriginRule
 from zest.gateway.serving import Settings
 
 __all__ = ["EXPOSED_HEADERS", "HttpSecurity", "body_too_large_message", "cors_config"]
@@ -15,9 +17,9 @@ __all__ = ["EXPOSED_HEADERS", "HttpSecurity", "body_too_large_message", "cors_co
 EXPOSED_HEADERS = [
     "x-request-id",
     "x-zest-route",
+    "x-zest-rule",
     "x-zest-plan",
     "x-zest-fallbacks",
-    "x-zest-rule",
     "x-zest-trimmed",
     "x-zest-pipeline",
     "x-zest-ignored",
@@ -54,16 +56,22 @@ class HttpSecurity:
     policy: AccessPolicy
     cors: CORSConfig | None
     max_body_bytes: int
+    hosts: HostRule
+    origins: OriginRule
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpSecurity:
-        """Raises ConfigError when ZEST_API_KEYS_FILE cannot be read or holds no key."""
+        """Raises ConfigError when ZEST_API_KEYS_FILE cannot be read or holds no key, or
+        ZEST_ALLOWED_HOSTS holds something that is not a host."""
         return cls(
             AccessPolicy.from_settings(settings),
             cors_config(settings.cors_origins),
             settings.max_body_bytes,
+            HostRule.from_settings(settings),
+            OriginRule.from_list(settings.cors_origins),
         )
 
     @property
-    def guard(self) -> AuthGuard:
-        return AuthGuard(self.policy)
+    def guards(self) -> list[BrowserGuard | AuthGuard]:
+        """What a web page could send is refused first (403), then the keys are checked."""
+        return [BrowserGuard(self.hosts, self.origins), AuthGuard(self.policy)]

@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     admin_key: SecretStr = SecretStr("")
     max_body_bytes: PositiveInt = 8 * 1024 * 1024
     cors_origins: str = ""  # empty: CORS off
+    # Host names the server answers to beyond its defaults (README, Security): a loopback bind
+    # takes only loopback names, so that a page that rebinds its DNS name to 127.0.0.1 gets
+    # nothing; `*`: any (behind a proxy that sends its own name).
+    allowed_hosts: str = ""
 
     def replica(self) -> str:
         """The name of this replica: replica_name, else host name:port (a pod's name in

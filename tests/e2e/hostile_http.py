@@ -130,7 +130,9 @@ AUTH_CASES: list[tuple[str, list[tuple[bytes, bytes]], int]] = [
     ("spaces-around-key", _auth((b"authorization", b"Bearer   " + KEY + b"  ")), 200),
     ("lower-case-scheme", _auth((b"authorization", b"bearer " + KEY)), 200),
     ("basic", _auth((b"authorization", b"Basic dXNlcjpwYXNz")), 401),
-    ("key-without-scheme", _auth((b"authorization", KEY)), 200),  # the key itself
+    ("key-without-scheme", _auth((b"authorization", KEY)), 401),  # the key itself
+    ("token-scheme", _auth((b"authorization", b"Token " + KEY)), 401),
+    ("upper-case-scheme", _auth((b"authorization", b"BEARER " + KEY)), 200),
     (
         "two-headers-one-good",
         _auth((b"authorization", b"Bearer " + KEY), (b"authorization", b"Bearer sk-wrong")),
@@ -179,6 +181,8 @@ def headers() -> Iterator[Case]:
     continue_ = [*HEADERS, (b"expect", b"100-continue")]
     yield case("header/expect-100-continue", post("/v1/chat/completions", HI, continue_), 200)
     yield from _framing()
+    yield from _hosts()
+    yield from _origins()
 
 
 def _framing() -> Iterator[Case]:
@@ -207,6 +211,74 @@ def _framing() -> Iterator[Case]:
     yield refused_by_server("length/bad-chunk-size", bad_chunk)
     yield refused_by_server("header/nul-in-value", get(b"/v1/models", [AUTH, (b"x-a", b"a\x00b")]))
     yield refused_by_server("header/space-in-name", get(b"/v1/models", [AUTH, (b"x a", b"1")]))
+
+
+NOT_OURS = "is not a name of this server"  # a 403 host_not_allowed's message says so
+HOSTS: list[tuple[str, bytes | None, int]] = [  # the server binds 127.0.0.1
+    ("rebound-name", b"rebind.evil.example:8000", 403),
+    ("rebound-name-no-port", b"rebind.evil.example", 403),
+    ("localhost-prefix", b"localhost.evil.example", 403),
+    ("loopback-prefix", b"127.0.0.1.evil.example:8000", 403),
+    ("all-interfaces", b"0.0.0.0:8000", 403),
+    ("lan-address", b"192.168.1.10", 403),
+    ("empty", b"", 403),
+    ("user-info", b"user@127.0.0.1", 403),
+    ("8kb-name", b"h" * 8192, 403),
+    ("localhost-port", b"localhost:8000", 200),
+    ("localhost-upper-case", b"LOCALHOST", 200),
+    ("localhost-final-dot", b"localhost.:8000", 200),
+    ("loopback-127-8", b"127.8.0.1:1", 200),
+    ("ipv6-loopback", b"[::1]:8000", 200),
+]
+
+
+def _hosts() -> Iterator[Case]:
+    """DNS rebinding: a page's own name pointed at 127.0.0.1 still says so in Host."""
+    for name, value, status in HOSTS:
+        raw = build(b"GET", b"/v1/models", [AUTH], host=value)
+        if status == 403:
+            yield case(f"host/{name}", raw, status, None, NOT_OURS)
+        else:
+            yield case(f"host/{name}", raw, status)
+    rebound = b"rebind.evil.example:8000"
+    chat = build(b"POST", b"/v1/chat/completions", HEADERS, HI, host=rebound)
+    yield case("host/rebound-name-chat", chat, 403, None, NOT_OURS)
+    reload = build(b"POST", b"/v1/admin/reload", [AUTH], host=rebound)
+    yield case("host/rebound-name-reload", reload, 403, None, NOT_OURS)
+    probe = build(b"GET", b"/v1/ready", [], host=rebound)
+    yield case("host/rebound-name-probe", probe, 200)  # balancers send names of their own
+    http10 = b"GET /v1/models HTTP/1.0\r\nauthorization: Bearer " + ADMIN_KEY + b"\r\n\r\n"
+    yield case("host/http-1.0-without-host", http10, 403, None, "without a Host header")
+    two = build(b"GET", b"/v1/models", [AUTH, (b"host", b"rebind.evil.example")])
+    yield refused_by_server("host/two-host-headers", two)  # the HTTP server refuses two
+
+
+ELSEWHERE = "ZEST_CORS_ORIGINS does not list it"  # a 403 origin_not_allowed's message says so
+
+
+def _origins() -> Iterator[Case]:
+    """A page elsewhere may send a state-changing request unasked: Origin names the page."""
+    for name, origin in (
+        ("other-port", b"http://127.0.0.1:1"),
+        ("other-site", b"https://evil.example"),
+        ("null", b"null"),
+        ("not-an-origin", b"http://127.0.0.1/x"),
+    ):
+        chat = post("/v1/chat/completions", HI, [*HEADERS, (b"origin", origin)])
+        yield case(f"origin/{name}/chat", chat, 403, None, ELSEWHERE)
+        reload = build(b"POST", b"/v1/admin/reload", [AUTH, (b"origin", origin)])
+        yield case(f"origin/{name}/reload", reload, 403, None, ELSEWHERE)
+    own = [*HEADERS, (b"origin", b"http://127.0.0.1")]  # Host 127.0.0.1: the server's page
+    yield case("origin/own-page", post("/v1/chat/completions", HI, own), 200)
+    read = get(b"/v1/models", [AUTH, (b"origin", b"https://evil.example")])
+    yield case("origin/read-from-elsewhere", read, 200)  # the browser keeps the answer from it
+    for name, media_type in (
+        ("text-plain", b"text/plain"),
+        ("form", b"application/x-www-form-urlencoded"),
+        ("multipart", b"multipart/form-data; boundary=x"),
+    ):
+        raw = build(b"POST", b"/v1/admin/reload", [AUTH, (b"content-type", media_type)], b"")
+        yield case(f"origin/form-type-reload/{name}", raw, 415, "content-type", "takes no body")
 
 
 def body_limit() -> Iterator[Case]:

@@ -32,9 +32,14 @@ def build(
     body: bytes | None = None,
     *,
     length: bool = True,
+    host: bytes | None = b"127.0.0.1",
 ) -> bytes:
-    """A request as bytes; `length` adds the body's true content-length."""
-    lines = [method + b" " + target + b" HTTP/1.1", b"host: 127.0.0.1", b"connection: close"]
+    """A request as bytes; `length` adds the body's true content-length; `host` is the Host
+    header's value (None: no Host header)."""
+    lines = [method + b" " + target + b" HTTP/1.1"]
+    if host is not None:
+        lines.append(b"host: " + host)
+    lines.append(b"connection: close")
     lines += [name + b": " + value for name, value in headers]
     if length and body is not None:
         lines.append(b"content-length: %d" % len(body))

@@ -133,11 +133,24 @@ def test_binding_beyond_loopback_without_keys_warns() -> None:
         ({"authorization": "bearer  sk-a "}, "sk-a"),
         ({"x-api-key": "sk-a"}, "sk-a"),
         ({"authorization": "Bearer sk-a", "x-api-key": "sk-b"}, "sk-a"),
-        ({"authorization": "Basic c2stYQ=="}, "Basic c2stYQ=="),
+        ({"authorization": "BEARER sk-a"}, "sk-a"),
+        ({"authorization": "Bearer"}, ""),  # matches no key: an invalid key
     ],
 )
 def test_the_credential_of_a_request(headers: dict[str, str], credential: str | None) -> None:
     assert credential_of(headers) == credential
+
+
+@pytest.mark.parametrize("value", ["sk-a", "Basic c2stYQ==", "Token sk-a", "", "Bearer\tsk-a"])
+def test_an_authorization_header_not_bearer_is_a_401_that_never_quotes_it(value: str) -> None:
+    with pytest.raises(AuthenticationError) as refused:
+        credential_of({"authorization": value, "x-api-key": "sk-b"})
+    assert refused.value.message == (
+        "the Authorization header must be 'Bearer <key>' (the word Bearer, a space, the key); "
+        "other schemes and a bare key are refused: send 'Authorization: Bearer <key>' or "
+        "'x-api-key: <key>'"
+    )
+    assert refused.value.headers == {"www-authenticate": "Bearer"}
 
 
 KEYS = AccessPolicy(("sk-a", "sk-b"), "sk-admin", loopback=True)

@@ -37,7 +37,8 @@ BODIES = {
 
 def app_with(**settings: Any) -> Litestar:
     runtime = Runtime(load_routes(ROUTES), Inventory({"cpu": CPU}, ()))
-    return create_app(runtime, Settings(**settings))
+    # TestClient's Host is testserver.local: not a loopback name, so it is allowed here.
+    return create_app(runtime, Settings(**{"allowed_hosts": "testserver.local", **settings}))
 
 
 @pytest.fixture(scope="module")

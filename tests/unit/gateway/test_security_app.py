@@ -42,12 +42,19 @@ def app_for(settings: Settings) -> Litestar:
     return Litestar(
         route_handlers=[Router("/api/v1", route_handlers=handlers)],
         exception_handlers={RequestError: _request_error, HTTPException: _http_error},
-        guards=[security.guard],
+        guards=security.guards,
         cors_config=security.cors,
         request_max_body_size=security.max_body_bytes,
         openapi_config=None,
         logging_config=None,
     )
+
+
+LOCAL = "http://127.0.0.1:8000"  # what a client on the machine calls (Host: 127.0.0.1:8000)
+
+
+def client_for(settings: Settings, base_url: str = LOCAL) -> TestClient[Litestar]:
+    return TestClient(app_for(settings), base_url=base_url)
 
 
 @pytest.fixture
@@ -58,7 +65,7 @@ def secured() -> Iterator[TestClient[Litestar]]:
         max_body_bytes=64,
         cors_origins="https://app.example",
     )
-    with TestClient(app_for(settings)) as client:
+    with client_for(settings) as client:
         yield client
 
 
@@ -158,7 +165,7 @@ def test_a_preflight_from_another_origin_is_refused(secured: TestClient[Litestar
 
 
 def test_without_keys_everything_is_open_on_loopback() -> None:
-    with TestClient(app_for(Settings())) as client:
+    with client_for(Settings()) as client:
         assert client.post("/api/v1/echo", content=b"{}").status_code == 200
         assert client.post("/api/v1/admin/reload").json() == {"status": "reloaded"}
         preflight = client.options(
@@ -169,8 +176,106 @@ def test_without_keys_everything_is_open_on_loopback() -> None:
 
 
 def test_without_an_admin_key_a_server_beyond_loopback_closes_admin_routes() -> None:
-    with TestClient(app_for(Settings(host="0.0.0.0"))) as client:
+    with client_for(Settings(host="0.0.0.0")) as client:
         assert client.post("/api/v1/echo", content=b"{}").status_code == 200
         reply = client.post("/api/v1/admin/reload")
         assert reply.status_code == 403
         assert "set ZEST_ADMIN_KEY" in reply.json()["error"]["message"]
+
+
+def test_a_key_without_the_bearer_scheme_is_a_401(secured: TestClient[Litestar]) -> None:
+    for value in ("sk-a", "Basic c2stYQ=="):
+        reply = secured.post("/api/v1/echo", headers={"authorization": value})
+        assert reply.status_code == 401
+        assert reply.json()["error"]["message"] == (
+            "the Authorization header must be 'Bearer <key>' (the word Bearer, a space, the "
+            "key); other schemes and a bare key are refused: send 'Authorization: Bearer <key>' "
+            "or 'x-api-key: <key>'"
+        )
+    assert secured.post("/api/v1/echo", headers={"authorization": "bearer sk-a"}).is_success
+
+
+def test_without_keys_the_authorization_header_is_not_read() -> None:
+    with client_for(Settings()) as client:
+        assert client.post("/api/v1/echo", headers={"authorization": "Basic x"}).is_success
+
+
+REBOUND = "http://rebind.evil.example:8000"  # a page's own name, pointed at 127.0.0.1
+HOST_REFUSED = {
+    "message": "the Host 'rebind.evil.example:8000' is not a name of this server: zest "
+    "answers only to loopback names (localhost, 127.0.0.1, [::1]), its bind address and "
+    "ZEST_ALLOWED_HOSTS, so that no web page can reach it by pointing a name of its own at "
+    "this machine (DNS rebinding); to use this name, add it to ZEST_ALLOWED_HOSTS on the "
+    "server (comma-separated; * for any)",
+    "type": "permission_error",
+    "param": None,
+    "code": "host_not_allowed",
+}
+
+
+def test_a_rebound_name_gets_nothing_from_a_keyless_loopback_server() -> None:
+    with client_for(Settings(), REBOUND) as client:
+        for reply in (
+            client.post("/api/v1/admin/reload", headers={"origin": REBOUND}),  # same-origin
+            client.post("/api/v1/echo", content=b"{}"),
+        ):
+            assert reply.status_code == 403
+            assert reply.json()["error"] == HOST_REFUSED
+        assert client.get("/api/v1/health").status_code == 200  # the probes: any Host
+
+
+def test_zest_allowed_hosts_names_more_hosts() -> None:
+    settings = Settings(allowed_hosts="rebind.evil.example")
+    with client_for(settings, REBOUND) as client:
+        assert client.post("/api/v1/admin/reload").json() == {"status": "reloaded"}
+    with client_for(Settings(host="0.0.0.0"), "http://zest.default.svc:8000") as client:
+        assert client.post("/api/v1/echo", content=b"{}").status_code == 200
+
+
+def test_a_page_of_another_origin_may_not_reload() -> None:
+    with client_for(Settings()) as client:
+        reply = client.post("/api/v1/admin/reload", headers={"origin": "http://127.0.0.1:9999"})
+        assert reply.status_code == 403
+        assert reply.json()["error"] == {
+            "message": "a POST from the web page at 'http://127.0.0.1:9999' is refused: that "
+            "origin is not this server's and ZEST_CORS_ORIGINS does not list it; to let that "
+            "page call zest, add its origin to ZEST_CORS_ORIGINS on the server",
+            "type": "permission_error",
+            "param": None,
+            "code": "origin_not_allowed",
+        }
+        # The server's own page (the web UI), and reading from anywhere, stay allowed.
+        own = client.post("/api/v1/admin/reload", headers={"origin": LOCAL})
+        assert own.json() == {"status": "reloaded"}
+        read = client.get("/api/v1/health", headers={"origin": "http://127.0.0.1:9999"})
+        assert read.status_code == 200
+
+
+def test_a_cors_origin_may_change_state_and_is_refused_before_the_key_is_asked(
+    secured: TestClient[Litestar],
+) -> None:
+    listed = {"origin": "https://app.example", **bearer("sk-admin")}
+    assert secured.post("/api/v1/admin/reload", headers=listed).is_success
+    other = secured.post("/api/v1/echo", headers={"origin": "https://evil.example"})
+    assert other.json()["error"]["code"] == "origin_not_allowed"
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"],
+)
+def test_a_form_s_content_type_is_refused_where_no_body_is_read(content_type: str) -> None:
+    with client_for(Settings()) as client:
+        reply = client.post("/api/v1/admin/reload", headers={"content-type": content_type})
+        assert reply.status_code == 415
+        media = content_type.partition(";")[0]
+        assert reply.json()["error"] == {
+            "message": f"POST /api/v1/admin/reload takes no body, and Content-Type '{media}' "
+            "is what any web page may send to any site unasked: send the request without a "
+            "body (or as 'Content-Type: application/json')",
+            "type": "invalid_request_error",
+            "param": "content-type",
+            "code": "unsupported_media_type",
+        }
+        json_type = {"content-type": "application/json"}
+        assert client.post("/api/v1/admin/reload", headers=json_type).is_success
