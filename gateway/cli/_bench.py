@@ -1,6 +1,6 @@
 """`zest bench`: zest against llama.cpp's llama-server, the packaged llama_cpp.server and raw
 llama-cpp-python in one run, beside the hardware ceiling; and zest's own phases (cold start,
-prefill, decode, latency, prefix reuse, speculation, a sustained load).
+prefill, decode, latency, prefix reuse, speculation, a sustained load, routing decisions).
 
 Every server is started here on loopback with the same model file and threads; levels are
 interleaved server by server, and the ceiling is measured in the same run: shared machines
@@ -20,6 +20,7 @@ from typing import Any
 from zest.gateway.cli import _bench_phases as _phases
 from zest.gateway.cli._bench_compare import PROMPT_TOKENS, ceiling, compare_servers
 from zest.gateway.cli._bench_report import format_report, plot
+from zest.gateway.cli._bench_routing import routing
 from zest.gateway.cli._bench_servers import (
     find_llama_server,
     free_port,
@@ -31,7 +32,18 @@ from zest.gateway.cli._spawn import serving
 
 __all__ = ["DEFAULT_PHASES", "PHASES", "BenchOptions", "format_report", "run_bench"]
 
-PHASES = ("cold", "servers", "prefix", "speculation", "prefill", "decode", "latency", "sustained")
+PHASES = (
+    "cold",
+    "routing",
+    "servers",
+    "prefix",
+    "speculation",
+    "prefill",
+    "decode",
+    "latency",
+    "sustained",
+)
+IN_PROCESS = ("cold", "routing")  # the phases that need no zest server of the bench's
 DEFAULT_PHASES = tuple(phase for phase in PHASES if phase != "sustained")
 
 
@@ -61,6 +73,10 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
         folder = Path(tmp)
         if "cold" in phases:  # first, on a quiet machine: nothing else is loaded yet
             report["cold"] = _phases.cold_start(options.model, options.threads, folder, 3)
+        if "routing" in phases:  # in this process, its models unloaded before the server's
+            report["routing"] = routing(options.model, options.threads, folder, options.rounds)
+        if set(phases) <= set(IN_PROCESS):
+            return _written(report, out)
         if {"prefill", "decode"} & set(phases) and "servers" not in phases:
             report["ceiling"] = _ceiling_report(options)
         routes = routes_file(options.model, options.threads, folder)
@@ -69,6 +85,10 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
             if "servers" in phases:
                 report.update(_servers(options, zest))
             report.update(_zest_phases(options, zest, process.pid))
+    return _written(report, out)
+
+
+def _written(report: dict[str, Any], out: Path) -> dict[str, Any]:
     (out / "bench.json").write_text(json.dumps(report, indent=2))
     plot(report, out / "bench.png")
     return report

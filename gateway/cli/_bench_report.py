@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from zest.gateway.cli._bench_compare import row
+from zest.gateway.cli._bench_routing import TARGET_P50_MS
 from zest.gateway.cli._bench_workload import Level
 
 __all__ = ["format_report", "plot", "targets"]
@@ -16,7 +17,8 @@ PEER = "llama-server"
 
 def format_report(report: dict[str, Any]) -> str:
     lines: list[str] = []
-    for part in (_cold, _ceiling, _levels, _targets, _prefix, _speculation, _zest_alone):
+    parts = (_cold, _ceiling, _levels, _targets, _prefix, _speculation, _zest_alone, _routing)
+    for part in parts:
         lines += part(report)
     return "\n".join(lines)
 
@@ -93,7 +95,17 @@ def targets(report: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
     if speculation:
         ratio = speculation["ratio"]
         found.append(("summarization: prompt lookup decode >= 1.5x", ratio, "x", ratio >= 1.5))
+    hundred = _rules_row(report, 100)
+    if hundred:
+        p50 = hundred["p50_ms"]
+        name = f"routing: 100 rules, decision p50 <= {TARGET_P50_MS} ms"
+        found.append((name, p50, " ms", p50 <= TARGET_P50_MS))
     return found
+
+
+def _rules_row(report: dict[str, Any], count: int) -> dict[str, Any] | None:
+    rows = (report.get("routing") or {}).get("deterministic", [])
+    return next((row for row in rows if row["rules"] == count), None)
 
 
 def _targets(report: dict[str, Any]) -> list[str]:
@@ -151,6 +163,31 @@ def _zest_alone(report: dict[str, Any]) -> list[str]:
                 f"RSS {minute.get('rss_mib') or 0:.0f} MiB"
             )
         lines.append(f"sustained drift: {sustained['drift_per_minute']:+.1%} tokens/s per minute")
+    return lines
+
+
+def _routing(report: dict[str, Any]) -> list[str]:
+    routing = report.get("routing")
+    if not routing:
+        return []
+    decisions = "; ".join(
+        f"{row['rules']} rule{'s' if row['rules'] > 1 else ''} p50 {row['p50_ms']:.3f} ms, "
+        f"p99 {row['p99_ms']:.3f} ms"
+        for row in routing["deterministic"]
+    )
+    lines = [
+        f"routing decision ({routing['message_chars']}-character message, no rule matching: "
+        f"every rule evaluated): {decisions}"
+    ]
+    for kind in ("similar_to", "classify"):
+        if found := routing.get(kind):
+            lines.append(
+                f"routing {kind} decision ({found['rounds']} each): cold p50 "
+                f"{found['cold_p50_ms']:.1f} ms (p95 {found['cold_p95_ms']:.1f}), cached p50 "
+                f"{found['cached_p50_ms']:.3f} ms (p95 {found['cached_p95_ms']:.3f})"
+            )
+    if skipped := routing.get("similar_to_skipped"):
+        lines.append(f"routing similar_to: not measured: {skipped}")
     return lines
 
 

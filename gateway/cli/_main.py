@@ -101,8 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--phases",
         default="default",
-        help="comma-separated, of cold, servers, prefix, speculation, prefill, decode, latency, "
-        "sustained; `default`: all but sustained; `all`",
+        help="comma-separated, of cold, routing, servers, prefix, speculation, prefill, decode, "
+        "latency, sustained; `default`: all but sustained; `all`",
     )
     bench.add_argument("--levels", default="1,2,4,8", help="concurrency levels (default 1,2,4,8)")
     bench.add_argument("--rounds", type=int, default=2, help="rounds per level (default 2)")

@@ -14,6 +14,7 @@ from zest.gateway.serving._generation import (
     Generation,
     build_prompt,
     close_all,
+    route_request,
     start_choices,
     start_generation,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "next_delta",
     "plan_for",
     "preflight",
+    "route_request",
     "start_choices",
     "start_generation",
     "tool_use_for",

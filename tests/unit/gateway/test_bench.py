@@ -13,6 +13,13 @@ from zest.engines._ceiling import Ceiling
 from zest.errors import CommandError
 from zest.gateway.cli._bench_phases import _drift, _per_minute
 from zest.gateway.cli._bench_report import format_report, targets
+from zest.gateway.cli._bench_routing import (
+    MESSAGE,
+    METADATA,
+    PHRASES,
+    deterministic_rules,
+)
+from zest.gateway.cli._bench_routing import _routes_file as _routing_routes
 from zest.gateway.cli._bench_servers import find_llama_server, peers
 from zest.gateway.cli._bench_servers import routes_file as _routes_file
 from zest.gateway.cli._bench_workload import PREFILL as _PREFILL
@@ -21,7 +28,7 @@ from zest.gateway.cli._bench_workload import question as _question
 from zest.gateway.cli._bench_workload import stream as _stream
 from zest.gateway.cli._bench_workload import summary as _summary
 from zest.gateway.cli._main import _bench_phases
-from zest.router import LlamaCppModel, load_routes
+from zest.router import Decision, LlamaCppModel, RouteInput, decide, load_routes
 
 
 def test_aggregate_is_every_rounds_tokens_over_every_rounds_time() -> None:
@@ -189,3 +196,72 @@ def test_llama_server_is_a_peer_where_its_binary_is_found(
     assert server[server.index("--parallel") + 1] == "8"
     assert server[server.index("--ctx-size") + 1] == str(8 * 4096)
     assert server[server.index("--flash-attn") + 1] == "on"
+
+
+def test_the_routing_phase_runs_in_process_and_by_default() -> None:
+    assert "routing" in _bench_phases("default")
+    assert _bench_phases("routing") == ("routing",)
+
+
+def test_the_routing_phase_s_rules_are_every_deterministic_kind_and_none_matches() -> None:
+    """The slowest decision a table of that size makes: every rule evaluated, the default."""
+    rules = deterministic_rules(100)
+    decision = decide("chat", rules, RouteInput(MESSAGE, METADATA))
+    assert isinstance(decision, Decision)
+    assert decision.default_used
+    assert len(decision.trace) >= 100  # at least one leaf of each rule evaluated
+    leaves = {entry.condition.partition(":")[0] for entry in decision.trace}
+    assert leaves == {
+        "metadata",
+        "keywords_any",
+        "keywords_all",
+        "regex",
+        "min_chars",
+        "max_chars",
+        "has_tools",
+        "has_images",
+    }
+
+
+def test_the_routing_phase_s_routes_route_by_a_classifier_and_by_similarity(
+    tmp_path: Path,
+) -> None:
+    with_embedding = load_routes(
+        _routing_routes(Path("/m/bench.gguf"), 2, tmp_path, Path("/m/minilm.gguf"))
+    ).config
+    similar = with_embedding.routes["similar"].rules[0].when.similar_to
+    assert similar is not None
+    assert (similar.via, similar.label, similar.timeout_s) == ("embed", "code", 120)
+    assert with_embedding.routes["similar"].phrases["code"][0] == PHRASES[0]
+    classify = with_embedding.routes["classified"].rules[0].when.classify
+    assert classify is not None
+    assert (classify.via, classify.labels) == ("classifier", ("code", "other"))
+    without = load_routes(_routing_routes(Path("/m/bench.gguf"), 2, tmp_path, "no model")).config
+    assert set(without.routes) == {"classifier", "classified"}
+
+
+def test_the_routing_figures_are_reported_with_the_target() -> None:
+    routing = {
+        "message_chars": 679,
+        "deterministic": [
+            {"rules": 1, "p50_ms": 0.0081, "p99_ms": 0.02},
+            {"rules": 100, "p50_ms": 0.41, "p99_ms": 0.9},
+        ],
+        "classify": {
+            "rounds": 6,
+            "cold_p50_ms": 812.04,
+            "cold_p95_ms": 901.0,
+            "cached_p50_ms": 0.094,
+            "cached_p95_ms": 0.12,
+        },
+        "similar_to_skipped": "no embedding model (gone)",
+    }
+    assert format_report({"routing": routing}).splitlines() == [
+        "target routing: 100 rules, decision p50 <= 0.2 ms: 0.41 ms NOT met",
+        "routing decision (679-character message, no rule matching: every rule evaluated): "
+        "1 rule p50 0.008 ms, p99 0.020 ms; 100 rules p50 0.410 ms, p99 0.900 ms",
+        "routing classify decision (6 each): cold p50 812.0 ms (p95 901.0), cached p50 "
+        "0.094 ms (p95 0.120)",
+        "routing similar_to: not measured: no embedding model (gone)",
+    ]
+    assert targets({"routing": routing})[0][3] is False
