@@ -1,9 +1,10 @@
 """`zest chat [TASK]` (an interactive conversation with a running gateway) and `zest run TASK
 [PROMPT]` (one answer, the prompt from the command line or stdin), both streamed.
 
-In `zest chat` the history is kept until `/reset`; `/task NAME` talks to another task (afresh);
-Ctrl-C stops the answer being written, not the session; Ctrl-D (or /quit) ends it. After each
-answer a line says what served it, from the answer's own headers and usage.
+In `zest chat` the history is kept until `/reset` (`/history` shows it); `/task NAME` talks to
+another task (afresh); Ctrl-C stops the answer being written, not the session: the part written
+stays in the history, marked as cut; Ctrl-D (or /quit) ends it. After each answer a line says
+what served it, from the answer's own headers and usage.
 """
 
 from __future__ import annotations
@@ -23,8 +24,14 @@ from zest.gateway.cli._client import Gateway, add_gateway_options, gateway_of
 
 __all__ = ["add_chat_commands"]
 
-HELP = "/reset clears the history, /task NAME talks to another task, /quit (or Ctrl-D) leaves"
+HELP = (
+    "/reset clears the history, /history shows it, /task NAME talks to another task, "
+    "Ctrl-C cuts an answer short (kept, marked as cut), /quit (or Ctrl-D) leaves"
+)
 _ENDPOINTS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+# Below this many tokens an answer's decode rate measures a step's overhead, not decoding:
+# a two-token answer read "1 tokens/s".
+MIN_TOKENS_FOR_A_RATE = 4
 
 
 def add_chat_commands(commands: Any) -> None:
@@ -59,9 +66,21 @@ class Served:
         usage = self.usage
         if not usage:
             return f"[{where}]"
-        tokens = f"{usage.get('prompt_tokens', 0)} in, {usage.get('completion_tokens', 0)} out"
+        completion = usage.get("completion_tokens", 0)
+        tokens = f"{usage.get('prompt_tokens', 0)} in, {completion} out"
         rate = (usage.get("pipeline") or {}).get("decode_tokens_per_s")
-        return f"[{where}; {tokens}" + (f"; {rate:.0f} tokens/s]" if rate else "]")
+        if not rate or completion < MIN_TOKENS_FOR_A_RATE:
+            return f"[{where}; {tokens}; — tokens/s]"
+        return f"[{where}; {tokens}; {rate:.0f} tokens/s]"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One exchange of a chat; `cut`: Ctrl-C stopped the answer, which holds what was written."""
+
+    user: str
+    assistant: str
+    cut: bool = False
 
 
 @dataclass
@@ -74,13 +93,15 @@ class Session:
     kind: str
     max_tokens: int | None = None
     temperature: float | None = None
-    history: list[dict[str, str]] = field(default_factory=list)
+    history: list[Turn] = field(default_factory=list)
     served: Served = field(default_factory=Served)
+    written: list[str] = field(default_factory=list)  # the pieces of the answer under way
+    asked: str | None = None  # the text of the turn under way, until the history keeps it
 
     def answer(self, text: str) -> Iterator[str]:
         """The answer's pieces as they come; the history keeps the turn once it is whole."""
         body = self._body(text)
-        written: list[str] = []
+        self.written, self.asked = [], text
         self.served = Served()
         with connect_sse(self.client, "POST", _ENDPOINTS[self.kind], json=body) as source:
             _raise_for_status(source.response, self.gateway)
@@ -89,11 +110,21 @@ class Session:
                 if event.data == "[DONE]":
                     break
                 for piece in self._pieces(json.loads(event.data)):
-                    written.append(piece)
+                    self.written.append(piece)
                     yield piece
-        if self.kind == "chat":
-            self.history += [{"role": "user", "content": text}]
-            self.history += [{"role": "assistant", "content": "".join(written)}]
+        self._keep(cut=False)
+
+    def cut(self) -> bool:
+        """Ctrl-C stopped the answer under way: its turn stays, with the part written (False:
+        no turn was under way, or the history of a completion task keeps none)."""
+        return self._keep(cut=True)
+
+    def _keep(self, *, cut: bool) -> bool:
+        asked, self.asked = self.asked, None
+        if asked is None or self.kind != "chat":
+            return False
+        self.history.append(Turn(asked, "".join(self.written), cut))
+        return True
 
     def _body(self, text: str) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -106,10 +137,18 @@ class Session:
         if self.temperature is not None:
             body["temperature"] = self.temperature
         if self.kind == "chat":
-            body["messages"] = [*self.history, {"role": "user", "content": text}]
+            body["messages"] = [*self._messages(), {"role": "user", "content": text}]
         else:
             body["prompt"] = text
         return body
+
+    def _messages(self) -> list[dict[str, str]]:
+        """The history as the model is sent it: a cut answer as far as it was written."""
+        messages = []
+        for turn in self.history:
+            messages.append({"role": "user", "content": turn.user})
+            messages.append({"role": "assistant", "content": turn.assistant})
+        return messages
 
     def _pieces(self, chunk: dict[str, Any]) -> Iterator[str]:
         if "error" in chunk:  # a failure after the answer began
@@ -216,7 +255,8 @@ def _answer(session: Session, text: str) -> None:
         print()
         print(session.served.line())
     except KeyboardInterrupt:  # the stream is closed: the gateway stops generating
-        print("\n(stopped)")
+        kept = "; kept in the history, marked as cut" if session.cut() else ""
+        print(f"\n(stopped{kept})")
     except (CommandError, httpx.HTTPError) as exc:
         print(f"\nerror: {exc}")
 
@@ -230,6 +270,8 @@ def _command(
     if name == "/reset":
         session.history.clear()
         print("(history cleared)")
+    elif name == "/history":
+        _print_history(session)
     elif name == "/task" and rest.strip():
         try:
             session = _session(client, gateway, rest.strip(), args)
@@ -239,3 +281,11 @@ def _command(
     else:
         print(HELP)
     return session
+
+
+def _print_history(session: Session) -> None:
+    if not session.history:
+        print("(no history)")
+    for turn in session.history:
+        print(f"you: {turn.user}")
+        print(f"{session.task}: {turn.assistant}" + (" [cut]" if turn.cut else ""))

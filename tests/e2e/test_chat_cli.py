@@ -49,9 +49,14 @@ def test_ctrl_c_stops_the_answer_not_the_session(server: Server) -> None:
     child = chat(server, "--max-tokens", "400", "--temperature", "0")
     child.expect_exact("chat> ")
     child.sendline("Write a long story about a dragon and a knight.")
+    child.expect_exact("knight.\r\n")  # the line typed, echoed
     child.expect(r"\w+ \w+ \w+")  # the answer has begun
     child.sendintr()
-    child.expect_exact("(stopped)")
+    child.expect_exact("(stopped; kept in the history, marked as cut)")
+    child.expect_exact("chat> ")
+    child.sendline("/history")  # the cut turn stays, marked, with the part written
+    child.expect(r"you: Write a long story about a dragon and a knight\.\r\nchat: (.+) \[cut\]")
+    assert len(child.match.group(1).split()) >= 3
     child.expect_exact("chat> ")
     child.sendintr()  # at the prompt: it says how to leave instead
     child.expect_exact("(Ctrl-D or /quit leaves)")
@@ -66,6 +71,18 @@ def test_ctrl_c_stops_the_answer_not_the_session(server: Server) -> None:
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_a_rate_is_not_made_up_from_a_one_or_two_token_answer(server: Server) -> None:
+    """A two-token answer's decode rate times one step and its overhead ("1 tokens/s")."""
+    child = chat(server, "--max-tokens", "2", "--temperature", "0")
+    child.expect_exact("chat> ")
+    child.sendline("Say yes.")
+    child.expect(r"\[smollm2 on [^;]+; \d+ in, [12] out; (\S+) tokens/s\]")
+    assert child.match.group(1) == "—"
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
+    child.close()
 
 
 def test_run_answers_once_from_arguments_or_stdin(server: Server) -> None:
