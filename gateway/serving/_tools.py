@@ -11,6 +11,7 @@ the same form, so the model sees its earlier calls as it made them.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,12 @@ __all__ = [
 
 # Calls one answer may make: small models repeat a call when the array is unbounded.
 MAX_CALLS = 4
+# How a constrained answer begins, and what separates its calls: read back when it was cut.
+_CALLS_HEAD = re.compile(r'\s*\{\s*"tool_calls"\s*:\s*\[\s*')
+_RESPONSE_HEAD = re.compile(r'\s*\{\s*"response"\s*:\s*')
+_NEXT_CALL = re.compile(r"\s*,\s*")
+# The longest tail a cut JSON string can end in that is no text yet: a partial \uXXXX escape.
+_PARTIAL_ESCAPE = 6
 
 
 class _Body(BaseModel):
@@ -76,14 +83,17 @@ ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
 
 @dataclass(frozen=True)
 class ToolAnswer:
-    """What a constrained answer said: tool calls, or content (or the raw text, if cut)."""
+    """What a constrained answer said: tool calls, or content. An answer cut short (`cut`:
+    max_tokens, a stop sequence) holds what it completed: its whole calls, or the text of its
+    response so far; its finish_reason stays the engine's."""
 
     content: str | None
     calls: tuple[dict[str, Any], ...] = ()
+    cut: bool = False
 
     @property
     def finish_reason(self) -> str | None:
-        return "tool_calls" if self.calls else None
+        return "tool_calls" if self.calls and not self.cut else None
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,8 @@ class ToolUse:
     answer_schema: dict[str, Any] | None = None
     # parallel_tool_calls: more than one call per answer.
     parallel: bool = True
+    # The Responses API's max_tool_calls: at most this many calls per answer.
+    max_calls: int | None = None
 
     def system_text(self) -> str:
         listed = [
@@ -143,7 +155,7 @@ class ToolUse:
                     "type": "array",
                     "items": {"anyOf": call_items} if len(call_items) > 1 else call_items[0],
                     "minItems": 1,
-                    "maxItems": MAX_CALLS if self.parallel else 1,
+                    "maxItems": self.call_limit(),
                 }
             },
             "required": ["tool_calls"],
@@ -162,21 +174,71 @@ class ToolUse:
             {"type": "json_schema", "json_schema": {"name": "tool_use", "schema": schema}}
         )
 
+    def call_limit(self) -> int:
+        limit = MAX_CALLS if self.parallel else 1
+        return limit if self.max_calls is None else min(limit, self.max_calls)
+
     def read(self, text: str) -> ToolAnswer:
-        """The answer's calls (OpenAI's shape, new ids) or content; text that is not the
-        constrained JSON (cut by max_tokens) is returned as it is."""
+        """The answer's calls (OpenAI's shape, new ids) or content. The constrained JSON is
+        zest's own envelope: cut short, it is never returned as text (see _cut)."""
         try:
             said = json.loads(text)
         except json.JSONDecodeError:
-            return ToolAnswer(text)
+            return _cut(text)
         if isinstance(said, dict) and isinstance(said.get("tool_calls"), list):
-            # The same call twice in one answer asks nothing more (small models repeat).
-            unique = {json.dumps(c, sort_keys=True): c for c in said["tool_calls"]}
-            return ToolAnswer(None, tuple(_call(c) for c in unique.values()))
+            return ToolAnswer(None, _calls(said["tool_calls"]))
         if isinstance(said, dict) and "response" in said:
             response = said["response"]
             return ToolAnswer(response if isinstance(response, str) else json.dumps(response))
         return ToolAnswer(text)
+
+
+def _calls(said: list[Any]) -> tuple[dict[str, Any], ...]:
+    # The same call twice in one answer asks nothing more (small models repeat).
+    unique = {json.dumps(c, sort_keys=True): c for c in said if isinstance(c, dict)}
+    return tuple(_call(c) for c in unique.values())
+
+
+def _cut(text: str) -> ToolAnswer:
+    """An answer cut short: the calls it completed, or its response so far (a string's text,
+    or the client's format's JSON so far), else nothing."""
+    if (head := _CALLS_HEAD.match(text)) is not None:
+        return ToolAnswer(None, _calls(_complete_calls(text, head.end())), cut=True)
+    if (head := _RESPONSE_HEAD.match(text)) is not None:
+        return ToolAnswer(_partial_response(text[head.end() :]), cut=True)
+    return ToolAnswer(None, cut=True)
+
+
+def _complete_calls(text: str, at: int) -> list[Any]:
+    decoder, calls = json.JSONDecoder(), list[Any]()
+    while True:
+        try:
+            call, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            return calls  # the call being written when the answer was cut
+        calls.append(call)
+        separator = _NEXT_CALL.match(text, at)
+        if separator is None:
+            return calls
+        at = separator.end()
+
+
+def _partial_response(rest: str) -> str | None:
+    if not rest.startswith('"'):  # a response in the client's own format: its JSON so far
+        return rest.strip() or None
+    try:
+        whole, _ = json.JSONDecoder().raw_decode(rest)
+        return str(whole)  # the string ended; the envelope's closing brace did not come
+    except json.JSONDecodeError:
+        pass
+    for end in range(len(rest), max(len(rest) - _PARTIAL_ESCAPE, 0), -1):
+        try:
+            text = str(json.loads(rest[:end] + '"'))
+        except json.JSONDecodeError:
+            continue
+        # The first half of a surrogate pair is no text on its own.
+        return text[:-1] if text and "\ud800" <= text[-1] <= "\udbff" else text
+    return None
 
 
 def _call(said: dict[str, Any]) -> dict[str, Any]:
@@ -195,8 +257,17 @@ def tool_use_for(
     choice: ToolChoice | None,
     answer_schema: dict[str, Any] | None,
     parallel: bool | None = None,
+    max_calls: int | None = None,
 ) -> ToolUse | None:
-    """The request's tool use (None: no tools, or tool_choice none)."""
+    """The request's tool use (None: no tools, tool_choice none, or no call allowed)."""
+    if max_calls == 0 and tools:
+        if choice not in (None, "none", "auto"):
+            raise BadRequestError(
+                "max_tool_calls is 0, so no tool may be called, but tool_choice asks for a "
+                "call: raise max_tool_calls or leave tool_choice out",
+                param="max_tool_calls",
+            )
+        return None
     if not tools:
         if choice not in (None, "none", "auto"):
             raise BadRequestError(
@@ -214,5 +285,5 @@ def tool_use_for(
                 f"use one of {', '.join(t.function.name for t in tools)}",
                 param="tool_choice",
             )
-        return ToolUse(tuple(tools), name, answer_schema, parallel is not False)
-    return ToolUse(tuple(tools), choice or "auto", answer_schema, parallel is not False)
+        return ToolUse(tuple(tools), name, answer_schema, parallel is not False, max_calls)
+    return ToolUse(tuple(tools), choice or "auto", answer_schema, parallel is not False, max_calls)

@@ -179,3 +179,44 @@ def test_a_tool_choice_naming_an_unknown_tool_is_a_400(client: openai.OpenAI) ->
             tool_choice={"type": "function", "function": {"name": "nope"}},
         )
     assert refused.value.param == "tool_choice"
+
+
+def test_an_answer_cut_by_max_tokens_shows_no_envelope(client: openai.OpenAI) -> None:
+    """Five tokens cannot finish a call: the answer is cut (length) with no content and no
+    call, never the constrained JSON it was writing."""
+    reply = client.chat.completions.create(
+        model="chat", messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=5
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length"
+    assert choice.message.content is None
+    assert choice.message.tool_calls is None
+    assert reply.usage is not None
+    assert reply.usage.completion_tokens == 5
+
+
+def test_a_streamed_answer_cut_by_max_tokens_shows_no_envelope(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="chat", messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=5,
+        stream=True,
+    )  # fmt: skip
+    text, calls, finish = "", [], None
+    for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+            calls += chunk.choices[0].delta.tool_calls or []
+            finish = chunk.choices[0].finish_reason or finish
+    assert (text, calls, finish) == ("", [], "length")
+
+
+def test_a_responses_answer_cut_by_max_output_tokens_shows_no_envelope(
+    client: openai.OpenAI,
+) -> None:
+    tool = {"type": "function", **WEATHER["function"]}
+    response = client.responses.create(
+        model="chat", input="What is the weather in Paris?", tools=[tool],
+        tool_choice="required", max_output_tokens=5,
+    )  # fmt: skip
+    assert response.status == "incomplete"
+    assert response.output_text == ""
+    assert [item.type for item in response.output] == ["message"]

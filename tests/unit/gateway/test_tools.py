@@ -97,12 +97,55 @@ def test_reading_calls_gives_openai_tool_calls_without_repeats() -> None:
     assert call["function"] == {"name": "weather", "arguments": '{"city": "Oslo"}'}
 
 
-def test_a_direct_answer_is_content_and_a_cut_answer_is_kept_as_it_is() -> None:
+def test_a_direct_answer_is_content() -> None:
     use = tool_use_for(TOOLS, "auto", None)
     assert use is not None
     assert use.read('{"response": "Hello"}').content == "Hello"
-    assert use.read('{"response": "Hel').content == '{"response": "Hel'
-    assert use.read('{"response": "Hel').finish_reason is None
+
+
+@pytest.mark.parametrize(
+    ("text", "content"),
+    [
+        ('{"response": "Hel', "Hel"),
+        ('{"response": "Caf\\u00', "Caf"),  # a cut escape is no text yet
+        ('{"response": "Hello"', "Hello"),
+        ('{"response": {"city": "Os', '{"city": "Os'),  # the client's format, cut
+        ("{", None),
+        ('{"tool_calls', None),
+        ('{"tool_calls": [{"name": "weather", "argu', None),
+    ],
+)
+def test_a_cut_answer_never_shows_the_envelope(text: str, content: str | None) -> None:
+    """max_tokens cut the constrained JSON: what the answer said so far, never zest's
+    envelope as text; the engine's finish_reason (length) stands."""
+    use = tool_use_for(TOOLS, "auto", None)
+    assert use is not None
+    answer = use.read(text)
+    assert (answer.content, answer.calls, answer.finish_reason) == (content, (), None)
+
+
+def test_a_cut_answer_keeps_the_calls_it_completed() -> None:
+    use = tool_use_for(TOOLS, "required", None)
+    assert use is not None
+    answer = use.read(
+        '{"tool_calls": [{"name": "weather", "arguments": {"city": "Oslo"}} , {"name": "ti'
+    )
+    [call] = answer.calls
+    assert call["function"] == {"name": "weather", "arguments": '{"city": "Oslo"}'}
+    assert (answer.content, answer.finish_reason) == (None, None)
+
+
+def test_max_tool_calls_bounds_the_calls_of_an_answer() -> None:
+    assert schema_of("required", max_calls=2)["properties"]["tool_calls"]["maxItems"] == 2
+    assert schema_of("required", max_calls=99)["properties"]["tool_calls"]["maxItems"] == 4
+    assert tool_use_for(TOOLS, "auto", None, max_calls=0) is None
+    with pytest.raises(BadRequestError) as refused:
+        tool_use_for(TOOLS, "required", None, max_calls=0)
+    assert (refused.value.param, refused.value.message) == (
+        "max_tool_calls",
+        "max_tool_calls is 0, so no tool may be called, but tool_choice asks for a call: "
+        "raise max_tool_calls or leave tool_choice out",
+    )
 
 
 def test_history_is_written_in_the_form_the_model_answers_in() -> None:
