@@ -120,9 +120,12 @@ def _validated(request: Request[Any, Any, Any], schema: type[Body], data: dict[s
     if issubclass(schema, SamplingFields | EmbeddingRequest | ResponsesRequest):
         request.state[IGNORED] = _drop_ignored(data, kept=set(schema.model_fields))
     try:
-        return schema.model_validate(data)
+        body = schema.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, schema) from None
+    if isinstance(body, ResponsesRequest):  # fields it declares whose value changes nothing
+        request.state[IGNORED] = [*request.state[IGNORED], *body.ignored()]
+    return body
 
 
 def _lone_surrogate(value: Any, path: str = "") -> str | None:

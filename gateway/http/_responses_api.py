@@ -6,17 +6,23 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import string
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from zest.engines import Delta, TokenLogprob
 from zest.errors import EngineError, RequestError
-from zest.gateway.http._responses import zest_extension
+from zest.gateway.http._responses import logprobs_object, zest_extension
 from zest.gateway.serving import Generation, ResponsesRequest, ToolAnswer
 
 __all__ = ["ResponseShape"]
 
 log = logging.getLogger("zest.gateway")
+# stream_options.include_obfuscation: each delta event padded with random characters to a
+# multiple of this many bytes of text, so that its size does not give away its text's.
+_OBFUSCATION_BUCKET = 32
+_OBFUSCATION_CHARACTERS = string.ascii_letters + string.digits
 
 
 class ResponseShape:
@@ -28,14 +34,20 @@ class ResponseShape:
         self.message_id = "msg_" + secrets.token_hex(12)
         self.created_at = int(time.time())
         self.sequence = 0
+        # Each output token's log probability (include: message.output_text.logprobs).
+        self.scored: Sequence[TokenLogprob] = ()
 
     async def body(self) -> dict[str, Any]:
         text, finish, produced = "", "stop", 0
         async for delta in self.gen.deltas():
             text += delta.text
             if delta.finish_reason is not None:
-                finish, produced = delta.finish_reason, delta.completion_tokens
+                finish, produced = self._finished(delta)
         return self._response(self._output(text), finish, produced)
+
+    def _finished(self, delta: Delta) -> tuple[str, int]:
+        self.scored = delta.logprobs
+        return delta.finish_reason or "stop", delta.completion_tokens
 
     async def events(self) -> AsyncIterator[bytes]:
         """The stream: a failure after it began ends it with an error event."""
@@ -62,20 +74,31 @@ class ResponseShape:
         async for delta in self.gen.deltas():
             text += delta.text
             if delta.text and streamed:
-                yield self._event(
-                    "response.output_text.delta",
-                    item_id=self.message_id,
-                    output_index=0,
-                    content_index=0,
-                    delta=delta.text,
-                    logprobs=[],
-                )
+                yield self._text_delta(delta.text)
             if delta.finish_reason is not None:
-                finish, produced = delta.finish_reason, delta.completion_tokens
+                finish, produced = self._finished(delta)
         output = self._output(text)
         for event in self._items_done(output, opened=streamed):
             yield event
         yield self._event("response.completed", response=self._response(output, finish, produced))
+
+    def _text_delta(self, text: str) -> bytes:
+        """A delta event (its tokens' log probabilities come with the text's done event)."""
+        fields: dict[str, Any] = {}
+        if self.request.obfuscated():
+            pad = _OBFUSCATION_BUCKET - len(text.encode()) % _OBFUSCATION_BUCKET
+            fields["obfuscation"] = "".join(
+                secrets.choice(_OBFUSCATION_CHARACTERS) for _ in range(pad)
+            )
+        return self._event(
+            "response.output_text.delta",
+            item_id=self.message_id,
+            output_index=0,
+            content_index=0,
+            delta=text,
+            logprobs=[],
+            **fields,
+        )
 
     def _message_opened(self) -> list[bytes]:
         return [
@@ -97,7 +120,7 @@ class ResponseShape:
         events = []
         for index, item in enumerate(output):
             if item["type"] == "message":
-                text = item["content"][0]["text"]
+                text, scored = item["content"][0]["text"], item["content"][0]["logprobs"]
                 if not opened:
                     events += self._message_opened()
                 events.append(
@@ -107,7 +130,7 @@ class ResponseShape:
                         output_index=index,
                         content_index=0,
                         text=text,
-                        logprobs=[],
+                        logprobs=scored,
                     )
                 )
                 events.append(
@@ -116,7 +139,7 @@ class ResponseShape:
                         item_id=self.message_id,
                         output_index=index,
                         content_index=0,
-                        part=_text_part(text),
+                        part=item["content"][0],
                     )
                 )
             else:
@@ -154,12 +177,13 @@ class ResponseShape:
         ]
 
     def _message(self, text: str) -> dict[str, Any]:
+        scored = logprobs_object("chat", self.scored)["content"] if self.scored else []
         return {
             "type": "message",
             "id": self.message_id,
             "status": "completed",
             "role": "assistant",
-            "content": [_text_part(text)],
+            "content": [_text_part(text, scored)],
         }
 
     def _response(
@@ -186,6 +210,10 @@ class ResponseShape:
             "temperature": request.temperature,
             "top_p": request.top_p,
             "max_output_tokens": request.max_output_tokens,
+            "max_tool_calls": request.max_tool_calls,
+            "top_logprobs": request.top_logprobs or 0,
+            "truncation": request.truncation or "disabled",
+            "background": False,
             "usage": {
                 "input_tokens": gen.prompt_tokens,
                 "input_tokens_details": {"cached_tokens": gen.first.cached_tokens},
@@ -202,8 +230,8 @@ class ResponseShape:
         return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
 
 
-def _text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
 def _plain(choice: Any) -> Any:

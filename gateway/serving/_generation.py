@@ -440,7 +440,7 @@ class _Walk:
         planning count of the request's prompt is reused)."""
         route, requested = self.plan.route, self.body.requested_max_tokens()
         context = info.context_length or None  # 0: a remote model that declares none
-        trimming = route.context.on_overflow == "trim"
+        trimming = route.context.on_overflow == "trim" or self.body.trims_to_fit()
         limit = prompt_limit(
             task=self.plan.task,
             max_prompt_tokens=route.context.max_prompt_tokens,

@@ -57,6 +57,7 @@ IGNORED_FIELDS: dict[str, str] = {
     "user": "an end-user id for OpenAI's abuse monitoring",
     "safety_identifier": "an end-user id for OpenAI's abuse monitoring",
     "prompt_cache_key": "zest's prefix cache needs no key",
+    "prompt_cache_retention": "zest's prefix cache keeps what its memory allows",
     "service_tier": "one tier: the route decides the device",
     "reasoning_effort": "for reasoning models; routes choose the model",
     "reasoning": "the Responses API's reasoning options: routes choose the model",
@@ -207,6 +208,11 @@ class SamplingFields(_Body):
     def logprob_count(self) -> int | None:
         """None: no log probabilities; k: each token's, with k alternatives (per endpoint)."""
         return None
+
+    def trims_to_fit(self) -> bool:
+        """Whether a prompt too long is trimmed whatever the route's context policy says
+        (the Responses API's truncation: auto); else the policy decides."""
+        return False
 
     def stops(self) -> tuple[str, ...]:
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())

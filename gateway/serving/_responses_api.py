@@ -1,5 +1,6 @@
 """OpenAI's Responses API request (/v1/responses), read into what a chat task takes: messages
-(instructions first), sampling fields, tools and the answer's format."""
+(instructions first), sampling fields, tools and the answer's format (the fields beyond
+those: _responses_options.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from zest.errors import shown
 from zest.gateway.serving._requests import INT64, ChatMessage, Number, SamplingFields
+from zest.gateway.serving._responses_options import ResponsesOptions
 from zest.gateway.serving._routing import RouteInputs
 from zest.gateway.serving._tools import (
     Function,
@@ -156,10 +158,24 @@ class TextFormat(_Body):
 
 class TextOptions(_Body):
     format: TextFormat | None = None
-    verbosity: None = None
+    # How much a GPT-5 model says: routes choose the model here (x-zest-ignored names it).
+    verbosity: Literal["low", "medium", "high"] | None = None
 
 
-class ResponsesRequest(_Body):
+class ResponsesSampling(SamplingFields):
+    """A Responses request's sampling fields, with what only it asks for."""
+
+    logprobs_top: StrictInt | None = None
+    trim_to_fit: StrictBool = False
+
+    def logprob_count(self) -> int | None:
+        return self.logprobs_top
+
+    def trims_to_fit(self) -> bool:
+        return self.trim_to_fit
+
+
+class ResponsesRequest(ResponsesOptions):
     model: str
     # Continuing a stored response needs storage zest does not keep: refused, saying what to
     # send instead (checked before the input, whose call ids it would explain).
@@ -220,7 +236,7 @@ class ResponsesRequest(_Body):
 
     def sampling(self) -> SamplingFields:
         fmt = self.text.format if self.text else None
-        return SamplingFields(
+        return ResponsesSampling(
             max_tokens=self.max_output_tokens,
             temperature=self.temperature,
             top_p=self.top_p,
@@ -228,7 +244,16 @@ class ResponsesRequest(_Body):
             response_format=fmt.as_response_format() if fmt else None,
             metadata=self.metadata,
             route_trace=self.route_trace,
+            logprobs_top=self.logprob_count(),
+            trim_to_fit=self.truncation == "auto",
         )
+
+    def ignored(self) -> list[str]:
+        """The fields sent whose value changes nothing here (x-zest-ignored names them)."""
+        ignored = self.option_ignored(streamed=self.stream, tools=bool(self.tools))
+        if self.text is not None and self.text.verbosity is not None:
+            ignored.append("text.verbosity")
+        return ignored
 
     def routing_inputs(self) -> RouteInputs:
         """What routing rules read: a string input, else the last user item's text parts
@@ -259,7 +284,7 @@ class ResponsesRequest(_Body):
             )
         fmt = self.sampling().response_format
         schema = fmt.constraint() if fmt else None
-        return tool_use_for(tools, choice, schema, self.parallel_tool_calls)
+        return tool_use_for(tools, choice, schema, self.parallel_tool_calls, self.max_tool_calls)
 
 
 def _routing_text(items: str | list[InputItem]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,6 +99,13 @@ routes:
     model: smollm2
     device: cpu
     max_tokens: 8
+  capped:  # over 120 tokens is refused (the Responses API's truncation: auto trims it)
+    kind: chat
+    model: smollm2
+    device: cpu
+    max_tokens: 8
+    system_prompt: You are terse.
+    context: {{max_prompt_tokens: 120}}
   remote-middle:
     kind: chat
     model: upstream
@@ -379,6 +387,28 @@ def test_trimming_drops_old_turns_keeps_the_system_prompt_and_says_so(zest: Serv
     system = {"role": "system", "content": "You are terse."}
     by_hand = post(zest, "untrimmed", {"messages": [system, *kept]})
     assert by_hand.json()["usage"]["prompt_tokens"] == usage["prompt_tokens"]
+
+
+def test_truncation_auto_trims_a_responses_input_as_the_route_s_trim_would(zest: Server) -> None:
+    """The route refuses a prompt over its limit; the Responses API's truncation: auto has it
+    trimmed instead (its oldest turns first), and disabled (OpenAI's default) leaves it be."""
+    with client(zest) as openai_client:
+        for truncation in (openai.omit, "disabled"):
+            with pytest.raises(openai.BadRequestError) as refused:
+                openai_client.responses.create(
+                    model="capped", input=conversation(8), truncation=truncation
+                )
+            assert refused.value.code == "context_length_exceeded"
+        raw = openai_client.responses.with_raw_response.create(
+            model="capped", input=conversation(8), truncation="auto"
+        )
+    assert re.fullmatch(
+        r"tokens=\d+; strategy=turns; messages_dropped=\d+", raw.headers["x-zest-trimmed"]
+    )
+    response = raw.parse()
+    assert response.truncation == "auto"
+    assert response.usage is not None
+    assert response.usage.input_tokens <= 120
 
 
 def test_each_attempt_is_trimmed_for_its_own_model(zest: Server) -> None:

@@ -156,3 +156,73 @@ def test_previous_response_id_is_refused_saying_why(client: openai.OpenAI) -> No
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="chat", input="Hi", previous_response_id="resp_1")
     assert refused.value.param == "previous_response_id"
+
+
+def test_the_fields_clients_send_by_default_are_taken_and_named(client: openai.OpenAI) -> None:
+    """openai-agents sends include: [] on every request; none of these may be a 400."""
+    raw = client.responses.with_raw_response.create(
+        model="chat", input="Say hi.", max_output_tokens=4, include=[], truncation="disabled",
+        background=False, store=False, user="u-1", service_tier="auto",
+        reasoning={"effort": "low"}, prompt_cache_key="k", safety_identifier="s",
+        prompt_cache_retention="24h", text={"verbosity": "low"},
+    )  # fmt: skip
+    assert raw.headers["x-zest-ignored"] == (
+        "store, user, safety_identifier, prompt_cache_key, prompt_cache_retention, "
+        "service_tier, reasoning, include, truncation, background, text.verbosity"
+    )
+    assert raw.parse().output_text
+
+
+def test_background_is_refused_saying_why(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="chat", input="Hi", background=True)
+    assert refused.value.param == "background"
+    assert "zest answers while the request is open" in refused.value.message
+
+
+def test_logprobs_come_with_the_text_when_included(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="chat", input="Name a colour.", max_output_tokens=6, temperature=0,
+        include=["message.output_text.logprobs"], top_logprobs=2,
+    )  # fmt: skip
+    part = response.output[0].content[0]  # type: ignore[union-attr]
+    assert part.type == "output_text"
+    assert part.logprobs
+    assert "".join(p.token for p in part.logprobs) == part.text
+    assert all(len(p.top_logprobs) == 2 and p.logprob <= 0 for p in part.logprobs)
+    streamed = client.responses.create(
+        model="chat", input="Name a colour.", max_output_tokens=6, temperature=0,
+        include=["message.output_text.logprobs"], top_logprobs=2, stream=True,
+    )  # fmt: skip
+    done = [e for e in streamed if e.type == "response.output_text.done"]
+    assert [len(e.logprobs) for e in done] == [len(part.logprobs)]
+
+
+def test_stream_deltas_are_obfuscated_unless_declined(client: openai.OpenAI) -> None:
+    def deltas(**extra: Any) -> list[Any]:
+        stream = client.responses.create(
+            model="chat", input="Name a fruit.", max_output_tokens=8, stream=True, **extra
+        )
+        return [e for e in stream if e.type == "response.output_text.delta"]
+
+    padded = deltas()
+    assert padded
+    assert all((len(e.delta.encode()) + len(e.obfuscation)) % 32 == 0 for e in padded)
+    plain = deltas(stream_options={"include_obfuscation": False})
+    assert plain
+    assert all(not hasattr(e, "obfuscation") for e in plain)
+
+
+def test_max_tool_calls_bounds_the_calls(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="chat", input="What is the weather in Oslo, Rome and Paris?", tools=[WEATHER],
+        tool_choice="required", max_tool_calls=1, temperature=0,
+    )  # fmt: skip
+    assert [item.type for item in response.output] == ["function_call"]
+    assert response.max_tool_calls == 1
+    none = client.responses.create(
+        model="chat", input="What is the weather in Oslo?", tools=[WEATHER], max_tool_calls=0,
+        max_output_tokens=8,
+    )  # fmt: skip
+    assert [item.type for item in none.output] == ["message"]
+
