@@ -84,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
         help="plan for a prompt of N tokens (auto routes depend on it)",
     )
     explain.add_argument("--routes", type=Path, help=ROUTES_HELP)
+    explain.add_argument(
+        "--request",
+        type=Path,
+        metavar="BODY.json",
+        help="decide this request body by the task's rules (decision and trace), then show "
+        "the plan of the route chosen, for its prompt",
+    )
     explain.add_argument("--json", action="store_true", help="print the plan as JSON")
     explain.set_defaults(func=_explain)
     add_alerts_command(commands)
@@ -101,8 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--phases",
         default="default",
-        help="comma-separated, of cold, routing, servers, prefix, speculation, prefill, decode, "
-        "latency, sustained; `default`: all but sustained; `all`",
+        help="comma-separated, of cold, servers, prefix, speculation, prefill, decode, latency, "
+        "sustained; `default`: all but sustained; `all`",
     )
     bench.add_argument("--levels", default="1,2,4,8", help="concurrency levels (default 1,2,4,8)")
     bench.add_argument("--rounds", type=int, default=2, help="rounds per level (default 2)")
@@ -187,6 +194,12 @@ def _explain(args: argparse.Namespace) -> int:
 
     settings = settings_from(routes=args.routes)
     routes = load_routes(routes_file(settings.routes))
+    if args.request is not None:
+        from zest.gateway.cli._explain_request import explain_request_file
+
+        explained = explain_request_file(routes, settings, args.task, args.request)
+        print(json.dumps(explained, indent=2) if args.json else format_explanation(explained))
+        return 1 if "error" in explained else 0
     inventory = detect_inventory(settings.emulate_devices)
     facts = preflight(routes, inventory.devices, pins=False).facts  # the contexts models get
     contexts = {

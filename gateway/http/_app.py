@@ -54,6 +54,7 @@ from zest.gateway.serving import (
     CompletionRequest,
     Embedded,
     EmbeddingRequest,
+    ExplainRequest,
     Generation,
     Reloader,
     ResponsesRequest,
@@ -65,6 +66,7 @@ from zest.gateway.serving import (
     close_all,
     describe_inventory,
     embed_inputs,
+    explain_request,
     explain_task,
     start_choices,
     start_generation,
@@ -416,6 +418,15 @@ async def explain_post(
     )
 
 
+@post("/explain", status_code=200, opt=takes(ExplainRequest))
+async def explain_request_post(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
+    """The routing decision for `request` sent to `task` (with its trace), then the plan of
+    the route it chose, for that request's prompt; nothing is generated."""
+    body = await parse_body(request, ExplainRequest)
+    find_route(body.task, None, runtime.routes.config)  # an unknown task is a 404
+    return await explain_request(runtime, body.task, body.request)
+
+
 @get("/system-info")
 async def system_info(runtime: Runtime) -> dict[str, Any]:
     """The devices found, how each was detected, which engines can use it, what is loaded."""
@@ -517,6 +528,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         health_head,
         explain_get,
         explain_post,
+        explain_request_post,
         system_info,
         prometheus_metrics,
         last_stats,

@@ -16,6 +16,7 @@ from zest.engines import EngineInfo, StageStats, TokenLogprob
 from zest.errors import EngineError, RequestError
 from zest.gateway.serving import Embedded, Generation, ToolAnswer, close_all
 from zest.policies import Trimmed
+from zest.router import Decision
 
 __all__ = [
     "collect_body",
@@ -74,6 +75,12 @@ def zest_extension(gen: Generation) -> dict[str, Any]:
     if gen.decision is not None:  # the routing decision: route_to, matched_rule, ...
         info.update(gen.decision.as_dict(with_trace=gen.trace))
     return info
+
+
+def _decision_of(gen: Generation) -> dict[str, Any]:
+    """The routing decision alone (route_to, matched_rule, ...; the trace if asked for)."""
+    decision = gen.decision or Decision(gen.plan.task, None)
+    return {"task": gen.plan.task, **decision.as_dict(with_trace=gen.trace)}
 
 
 def pipeline_header(stats: StageStats) -> str:
@@ -220,10 +227,9 @@ def _tool_choice(answer: ToolAnswer, finish: str, index: int = 0) -> dict[str, A
 
 
 def _tool_deltas(answer: ToolAnswer) -> list[dict[str, Any]]:
-    """A tool-use answer as stream deltas: each call whole, or the content (none: an answer
-    cut before it said anything)."""
+    """A tool-use answer as stream deltas: each call whole, or the content."""
     if not answer.calls:
-        return [] if answer.content is None else [{"content": answer.content}]
+        return [{"content": answer.content or ""}]
     return [{"tool_calls": [{"index": i, **call}]} for i, call in enumerate(answer.calls)]
 
 
@@ -313,12 +319,16 @@ async def sse_events(
         return _event({**base, "choices": choices, **extra})
 
     first = listed[0]
+    # The routing decision travels on the first chunk: a client reads where it was sent
+    # before the answer (every choice's last chunk has the whole zest object).
+    decided = {"zest": _decision_of(first)} if first.ruled else {}
     try:
         produced = 0
         streams = [_choice_pieces(g, kind, echo, i) for i, g in enumerate(listed)]
         async for choice, tokens in _merged(streams):
             if tokens is None:
-                yield chunk([choice])
+                yield chunk([choice], **decided)
+                decided = {}
                 continue
             produced += tokens
             yield chunk([choice], zest=zest_extension(first))

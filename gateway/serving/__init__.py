@@ -1,7 +1,12 @@
 """What serves a request apart from HTTP: the runtime (routes in force, inventory, engine
 pool), a request's walk through its plan, explain, hot reload, timeouts and settings."""
 
-from zest.gateway.serving._decision import ParsedRequest, decide_request, explain_request
+from zest.gateway.serving._decision import (
+    ExplainRequest,
+    ParsedRequest,
+    decide_request,
+    explain_request,
+)
 from zest.gateway.serving._drain import Drain
 from zest.gateway.serving._embedding import Embedded, embed_inputs
 from zest.gateway.serving._events import RequestEvents
@@ -14,7 +19,6 @@ from zest.gateway.serving._generation import (
     Generation,
     build_prompt,
     close_all,
-    route_request,
     start_choices,
     start_generation,
 )
@@ -65,6 +69,7 @@ __all__ = [
     "Drain",
     "Embedded",
     "EmbeddingRequest",
+    "ExplainRequest",
     "Generation",
     "ParsedRequest",
     "Preflight",
@@ -93,7 +98,6 @@ __all__ = [
     "next_delta",
     "plan_for",
     "preflight",
-    "route_request",
     "start_choices",
     "start_generation",
     "tool_use_for",

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from zest.errors import BadRequestError
 from zest.gateway.serving._explain import explain_task
@@ -30,7 +30,13 @@ from zest.gateway.serving._routing import Routed
 from zest.gateway.serving._runtime import Runtime
 from zest.gateway.serving._tools import tool_use_for
 
-__all__ = ["ParsedRequest", "decide_request", "explain_request", "parse_request"]
+__all__ = [
+    "ExplainRequest",
+    "ParsedRequest",
+    "decide_request",
+    "explain_request",
+    "parse_request",
+]
 
 Kind = Literal["chat", "completion"]
 _ENDPOINTS = (
@@ -38,6 +44,15 @@ _ENDPOINTS = (
     ("prompt", "/v1/completions"),
     ("input", "/v1/responses"),
 )
+
+
+class ExplainRequest(BaseModel):
+    """POST /v1/explain: a task, and the body a client would send it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str
+    request: dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -192,3 +192,36 @@ def test_a_file_naming_what_the_routes_lack_is_refused_before_any_case(tmp_path:
         f"{cases}:2: expect.rule: route 'chat' has no rule 'privat': did you mean 'private'?",
         f"{cases}:3: not JSON: Expecting value",
     ]
+
+
+def test_explain_a_request_shows_its_decision_then_the_chosen_routes_plan(tmp_path: Path) -> None:
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps(chat("It says Error: disk full", metadata={"consent": "ok"})))
+    routes = deterministic_routes(tmp_path)
+    result = zest("explain", "chat", "--request", str(body), "--routes", str(routes))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:4] == [
+        "decision: task chat -> route chat-coder, rule code",
+        '  metadata: {"key": "consent", "any": ["denied", "withdrawn"]}: false',
+        '  keywords_any: ["def "]: false',
+        '  regex: "\\\\bError\\\\b": true',
+    ]
+    assert lines[4].startswith("task chat-coder: chat route, model junk (llamacpp)")
+    assert lines[-2].startswith("attempt 1: junk on cpu: ")
+    as_json = zest("explain", "chat", "--request", str(body), "--routes", str(routes), "--json")
+    explained = json.loads(as_json.stdout)
+    assert explained["decision"]["route_to"] == explained["task"] == "chat-coder"
+    assert explained["endpoint"] == "/v1/chat/completions"
+
+
+def test_explain_names_a_request_it_cannot_read(tmp_path: Path) -> None:
+    body = tmp_path / "body.json"
+    body.write_text('{"messages": []}')
+    routes = deterministic_routes(tmp_path)
+    result = zest("explain", "chat", "--request", str(body), "--routes", str(routes))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"zest: {body}: request.messages: Value error, messages must hold at least one "
+        "message (as /v1/chat/completions reads it)\n"
+    )
