@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zest.engines._admission import ChoiceGroup
+from zest.engines._admission import Admission, ChoiceGroup
 from zest.engines._base import (
     Delta,
     Embeddings,
@@ -126,6 +126,10 @@ __all__ = [
 ]
 
 
+# What sets a llama.cpp model's slots (sequences decoded at once), as a refusal names it.
+PARALLEL = "options.parallel in routes.yaml"
+
+
 def _llamacpp_engine(
     model_id: str, config: LlamaCppModel, base_dir: Path, placement: Placement
 ) -> Engine:
@@ -152,6 +156,9 @@ register_engine(
             speculation=True,
             embeddings=True,
         ),
+        admission=lambda config: Admission(
+            config.options.parallel, config.options.max_queue, PARALLEL
+        ),
         runs_emulated=True,
         inspector=inspect_llamacpp,
     )
@@ -165,6 +172,8 @@ register_engine(
         capabilities=Capabilities(
             structured_output=True, tools=True, fill_in_middle=True, multiple_choices=True
         ),
+        # One generation at a time: a request's n choices run one after another.
+        admission=lambda config: Admission(1, config.options.max_queue),
         inspector=inspect_onnx_genai,
         folder_model=True,  # a source may name its genai_config.json
     )
@@ -182,6 +191,7 @@ register_engine(
             multiple_choices=True,
             embeddings=True,
         ),
+        admission=lambda config: Admission(config.max_in_flight, config.max_queue),
     )
 )
 

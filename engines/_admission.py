@@ -29,7 +29,7 @@ from typing import Generic, TypeVar
 
 from zest.errors import BadRequestError, OverloadedError
 
-__all__ = ["AdmissionQueue", "ChoiceGroup"]
+__all__ = ["Admission", "AdmissionQueue", "ChoiceGroup"]
 
 Item = TypeVar("Item")
 
@@ -37,6 +37,18 @@ Item = TypeVar("Item")
 _RATE_SAMPLES = 64
 _RATE_WINDOW_S = 120.0
 _RETRY_AFTER_MAX_S = 300
+
+
+@dataclass(frozen=True)
+class Admission:
+    """How many of an engine's jobs run at once, and how many more may wait (each engine
+    kind declares it from its model's options; its runner enforces it)."""
+
+    slots: int
+    max_queue: int
+    # What sets `slots`, as a request's n choices beyond them are refused naming it; None: an
+    # engine whose choices run one after another anyway (takes a larger group member by member).
+    slots_set_by: str | None = None
 
 
 @dataclass(eq=False)

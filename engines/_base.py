@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from zest.engines._admission import ChoiceGroup
+from zest.engines._admission import Admission, ChoiceGroup
 from zest.errors import BadRequestError
 from zest.router import (
     ENGINE_MODELS,
@@ -391,14 +391,6 @@ class Engine(ABC):
         """Generate; the final Delta has finish_reason set. Errors raise EngineError."""
 
     @abstractmethod
-    def pending(self) -> int:
-        """Jobs submitted and not finished: the queue depth the auto cost model reads."""
-
-    def waiting(self) -> int:
-        """Jobs admitted to no slot yet (what routes.yaml's queued_over reads)."""
-        return 0
-
-    @abstractmethod
     async def close(self) -> None:
         """Stop the worker and free the model."""
 
@@ -477,6 +469,8 @@ class EngineKind(Generic[C]):
     # What its engines honour (logprobs, grammars, a split, speculation...): the planner
     # leaves out an attempt that cannot honour a request, so no engine refuses one mid-walk.
     capabilities: Capabilities = field(default_factory=Capabilities)
+    # How many of its jobs run at once and may wait (the runner's admission, engines/_runner).
+    admission: Callable[[C], Admission] = lambda config: Admission(slots=1, max_queue=0)
     # Whether it runs on devices emulated on CPU threads (ZEST_EMULATE_DEVICES).
     runs_emulated: bool = False
     # None: nothing to read before it runs (a remote upstream).

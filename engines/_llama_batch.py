@@ -8,14 +8,16 @@ once, and a step never holds more prompt than the budget: the streams already ru
 most one budgeted step for their next token. A lone request is prefilled in `n_batch` chunks and
 decoded a token a step, exactly as llama-cpp-python does it (its tokens are identical); under
 concurrency the batch's shape depends on what else runs, so a greedy stream can, at a near-tie,
-differ from the same request alone (README). Admission is the shared AdmissionQueue: route
-priority, then arrival; `slots + max_queue` requests in the system, more refused with 429.
+differ from the same request alone (README). Admission is the runner's (engines/_runner.py:
+route priority, then arrival; `slots + max_queue` requests in the system, more refused with
+429): what it lets through starts here in arrival order as slots free.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -25,7 +27,7 @@ from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
 from zest.engines._prefix_cache import PrefixCache
 from zest.engines._speculation import PromptLookup, draft_entries, take_tokens
-from zest.engines._worker import PendingCounter, Task, stream_task, task_queue
+from zest.engines._worker import Task, stream_task
 
 __all__ = ["BatchScheduler"]
 
@@ -78,7 +80,6 @@ class BatchScheduler:
         ctx: NativeContext,
         slots: int,
         cache: PrefixCache | None,
-        max_queue: int,
         new_output: Callable[[GenerationJob], SequenceOutput],
         new_sampler: Callable[[GenerationJob], Any],
         device: str,
@@ -87,26 +88,22 @@ class BatchScheduler:
         self._new_output, self._new_sampler, self._device = new_output, new_sampler, device
         self._free = list(range(slots))
         self._active: list[_Slot] = []
-        self._queue = task_queue(slots=slots, max_queue=max_queue)
+        # Admitted by the runner (engines/_runner.py), started here in arrival order.
+        self._incoming: deque[Task] = deque()
         self._cond = threading.Condition()
         self._closed = False
-        self.pending = PendingCounter()
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
         self._thread.start()
 
-    def waiting(self) -> int:
-        with self._cond:
-            return self._queue.waiting
-
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
-        return stream_task(self._submit, job, self.pending)
+        return stream_task(self._submit, job)
 
     def _submit(self, task: Task) -> None:
         with self._cond:
             if self._closed:
                 task.send(None)
                 return
-            self._queue.offer(task, task.job.priority)  # refuses with 429 at capacity
+            self._incoming.append(task)
             self._cond.notify()
 
     def close(self) -> None:
@@ -126,16 +123,20 @@ class BatchScheduler:
     def _admit(self) -> bool:
         """Move waiting requests into free slots; block while there is nothing to do."""
         with self._cond:
-            while not self._closed and not self._queue.waiting and not self._active:
+            while not self._closed and not self._incoming and not self._active:
                 self._cond.wait()
             if self._closed:
-                for waiting in self._queue.drain():
-                    waiting.send(None)
+                while self._incoming:
+                    self._incoming.popleft().send(None)
                 return bool(self._active)
             admitted = []
             if not self._active:  # a lone batch takes the same sequences every time
                 self._free.sort()
-            while self._free and (task := self._queue.take()) is not None:
+            while self._free and self._incoming:
+                task = self._incoming.popleft()
+                if task.job.cancelled.is_set():  # its caller left before it started
+                    task.send(None)
+                    continue
                 admitted.append((task, self._free.pop(0)))
         if admitted and not self._active:
             # Nothing is running: drop every retired sequence's cells, so that a lone request
@@ -247,7 +248,6 @@ class BatchScheduler:
         slot.sampler.close()
         with self._cond:
             self._free.append(slot.seq)
-            self._queue.finish(served=error is None)
         if error is not None:
             slot.task.fail(error)
             return

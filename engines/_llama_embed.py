@@ -52,7 +52,6 @@ class LlamaCppEmbedder(Engine):
         self._path = resolve_source(config.source, base_dir, config.revision)
         self._llama: Any = None
         self._lock = asyncio.Lock()  # one embedding batch at a time: a context is not shared
-        self._waiting = 0
         self.context_length = 0
 
     def load(self) -> EngineInfo:
@@ -93,15 +92,11 @@ class LlamaCppEmbedder(Engine):
 
     async def embed(self, texts: Sequence[str], *, privacy: Privacy = "local_only") -> Embeddings:
         llama = self._loaded()
-        self._waiting += 1
-        try:
-            async with self._lock:
-                # On the compute thread, as every llama.cpp model's steps (engines/_compute.py).
-                loop = asyncio.get_running_loop()
-                work = functools.partial(self._embed_now, llama, list(texts))
-                return await loop.run_in_executor(compute_executor(), work)
-        finally:
-            self._waiting -= 1
+        async with self._lock:
+            # On the compute thread, as every llama.cpp model's steps (engines/_compute.py).
+            loop = asyncio.get_running_loop()
+            work = functools.partial(self._embed_now, llama, list(texts))
+            return await loop.run_in_executor(compute_executor(), work)
 
     def _embed_now(self, llama: Any, texts: list[str]) -> Embeddings:
         for index, text in enumerate(texts):  # refuse before any work: say which input
@@ -120,9 +115,6 @@ class LlamaCppEmbedder(Engine):
             f"model {self.model_id!r} is an embedding model: it makes no text; route it with "
             "kind: embedding"
         )
-
-    def pending(self) -> int:
-        return self._waiting
 
     async def close(self) -> None:
         llama, self._llama = self._llama, None

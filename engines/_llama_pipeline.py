@@ -6,8 +6,9 @@ logits) and hands it over. The decode thread imports it into a free sequence slo
 (`llama_state_seq_set_data`) and decodes one token per step for every active sequence, so a long
 prompt being prefilled never stalls the streams already decoding.
 
-The prefill thread takes requests from the shared admission queue (priority, then arrival) only
-while a decode slot is free for them: `parallel + max_queue` requests fit, the next gets 429.
+The prefill thread takes the requests its runner admitted (engines/_runner.py: priority, then
+arrival; `parallel + max_queue` requests fit, the next gets 429) only while a decode slot is free
+for them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from zest.engines._base import Delta, GenerationJob, StageStats
 from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
 from zest.engines._speculation import PromptLookup, draft_entries, take_tokens
-from zest.engines._worker import PendingCounter, Task, WaitingRoom, stream_task
+from zest.engines._worker import Task, WaitingRoom, stream_task
 from zest.router import Placement
 
 __all__ = ["HybridPipeline"]
@@ -60,14 +61,12 @@ class HybridPipeline:
         new_output: Callable[[GenerationJob], SequenceOutput],
         new_sampler: Callable[[GenerationJob], Any],
         placement: Placement,
-        max_queue: int,
     ) -> None:
         self._prefill, self._decode = prefill, decode
         self._new_output, self._new_sampler = new_output, new_sampler
         self._devices = (placement.prefill.label, placement.decode.label)
-        self.pending = PendingCounter()
         # A request holds its place from prefill until its decode slot is freed.
-        self._room = WaitingRoom(slots=decode.settings.n_seq, max_queue=max_queue)
+        self._room = WaitingRoom(slots=decode.settings.n_seq)
         self._handoffs: queue.SimpleQueue[_Sequence | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._prefill_loop, name=f"zest-{name}-prefill", daemon=True),
@@ -76,11 +75,8 @@ class HybridPipeline:
         for thread in self._threads:
             thread.start()
 
-    def waiting(self) -> int:
-        return self._room.waiting()
-
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
-        return stream_task(self._room.submit, job, self.pending)
+        return stream_task(self._room.submit, job)
 
     def close(self) -> None:
         self._room.close()
@@ -95,7 +91,7 @@ class HybridPipeline:
                 seq = self._prefill_one(task)
             except Exception as exc:
                 self._prefill.forget(0)
-                self._room.done(served=False)
+                self._room.done()
                 task.fail(exc)
                 continue
             if seq is None:
@@ -165,7 +161,7 @@ class HybridPipeline:
             self._decode.forget(slot)
             free.append(slot)
             seq.sampler.close()
-            self._room.done(served=False)
+            self._room.done()
             seq.task.fail(exc)
             return
         handoff_ms = (seq.stats.handoff_ms or 0.0) + _ms(imported)
@@ -193,7 +189,7 @@ class HybridPipeline:
             self._decode.decode(entries)
         except Exception as exc:
             for slot, seq in order:
-                self._drop(slot, seq, active, free, served=False)
+                self._drop(slot, seq, active, free)
                 seq.task.fail(exc)
             return
         for slot, seq, first, draft in rows:
@@ -240,14 +236,12 @@ class HybridPipeline:
         seq: _Sequence,
         active: dict[int, _Sequence],
         free: list[int],
-        *,
-        served: bool = True,
     ) -> None:
         self._decode.forget(slot)
         seq.sampler.close()
         del active[slot]
         free.append(slot)
-        self._room.done(served=served)
+        self._room.done()
 
 
 def _ms(since: float) -> float:

@@ -287,12 +287,6 @@ class LlamaCppEngine(Engine):
             async for delta in deltas:
                 yield delta
 
-    def pending(self) -> int:
-        return self._runner.pending.value if self._runner else 0
-
-    def waiting(self) -> int:
-        return self._runner.waiting() if self._runner else 0
-
     async def close(self) -> None:
         # Off the event loop: joining the scheduler thread and freeing the KV cache and the
         # weights takes a while, and an unload may happen while other models serve.
@@ -367,7 +361,6 @@ class LlamaCppEngine(Engine):
                 new_output=self._new_output,
                 new_sampler=self._new_sampler,
                 placement=self.placement,
-                max_queue=opts.max_queue,
             )
         cache_tokens = opts.prefix_cache_size(length)
         cache_seqs = opts.prefix_cache_entries if cache_tokens else 0
@@ -385,7 +378,6 @@ class LlamaCppEngine(Engine):
             ctx=ctx,
             slots=opts.parallel,
             cache=cache,
-            max_queue=opts.max_queue,
             new_output=self._new_output,
             new_sampler=self._new_sampler,
             device=self.placement.decode.label,

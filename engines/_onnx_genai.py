@@ -189,9 +189,7 @@ class OnnxGenaiEngine(Engine):
         self._tokenizer = OnnxGenaiTokenizer(self.model_id, self._dir, self._model, self._context)
         self._eos = self._tokenizer.eos
         self._backend = _backend(og.__version__, providers, split, self.config.options.n_threads)
-        self._worker = GenerationWorker(
-            self.model_id, self._generate, max_queue=self.config.options.max_queue
-        )
+        self._worker = GenerationWorker(self.model_id, self._generate)
         return self.info()
 
     def info(self) -> EngineInfo:

@@ -33,9 +33,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob
+from zest.engines._base import Delta, Engine, EngineInfo, GenerationJob, engine_kind
 from zest.engines._digests import ModelDigest
 from zest.engines._memory import release_freed_memory
+from zest.engines._runner import Runner
 from zest.errors import EngineError, RequestError, ServiceUnavailableError
 from zest.router import ModelConfig, Placement
 
@@ -101,10 +102,16 @@ class LoadedEngine:
     leases: int = 0
     retired: bool = False  # its model changed or left the routes file: unload when idle
     digest: ModelDigest | None = None  # its files' SHA-256 (None: a remote model)
+    # Admission around the engine: every generation goes through it (engines/_runner.py).
+    runner: Runner = field(init=False)
+
+    def __post_init__(self) -> None:
+        admission = engine_kind(self.spec.config.engine).admission(self.spec.config)
+        self.runner = Runner(self.engine, admission)
 
     @property
     def busy(self) -> bool:
-        return self.leases > 0 or self.engine.pending() > 0
+        return self.leases > 0 or self.runner.pending > 0
 
 
 class Lease:
@@ -131,7 +138,7 @@ class Lease:
         """The engine's stream; the lease is released when it ends, fails, is closed, or is
         refused at admission (a 429 holds nothing)."""
         try:
-            inner = self._entry.engine.stream(job)
+            inner = self._entry.runner.stream(job)
             try:
                 async for delta in inner:
                     yield delta
@@ -165,6 +172,9 @@ class EnginePool:
     load_failures: dict[EngineKey, str] = field(default_factory=dict)
     _entries: OrderedDict[EngineKey, LoadedEngine] = field(default_factory=OrderedDict)
     _loading: dict[EngineKey, asyncio.Task[LoadedEngine]] = field(default_factory=dict)
+    # Loads in flight that took their room under the cap (two first requests for different
+    # models must not both find the room free).
+    _reserved: set[EngineKey] = field(default_factory=set)
     _closing: set[asyncio.Future[None]] = field(default_factory=set)
 
     async def acquire(self, spec: EngineSpec) -> Lease:
@@ -263,6 +273,7 @@ class EnginePool:
     async def _load(self, spec: EngineSpec) -> LoadedEngine:
         if spec.counts_toward_cap:
             await self._make_room(spec)
+            self._reserved.add(spec.key)  # counted by the cap from now on, loaded or not
         started = time.perf_counter()
         try:
             engine = self.factory(spec)
@@ -273,6 +284,8 @@ class EnginePool:
             if error is exc:
                 raise
             raise error from exc
+        finally:
+            self._reserved.discard(spec.key)
         self.load_failures.pop(spec.key, None)
         entry = LoadedEngine(
             spec, engine, info, loaded_at=time.time(), last_used=self.clock(), digest=digest
@@ -342,6 +355,10 @@ class EnginePool:
     async def _make_room(self, spec: EngineSpec) -> None:
         while self._over_cap(1):
             victim = self._eviction_candidate()
+            others = [task for key, task in self._loading.items() if key in self._reserved]
+            if victim is None and others:  # a load in flight holds the room: see it end first
+                await asyncio.wait(others)
+                continue
             if victim is None:
                 log.warning(
                     "loading %s on %s goes over max_loaded_models=%s: every loaded model is "
@@ -357,7 +374,8 @@ class EnginePool:
         if self.max_loaded is None:
             return False
         counted = sum(1 for entry in self._entries.values() if entry.spec.counts_toward_cap)
-        return counted + adding > self.max_loaded
+        loading = len(self._reserved - self._entries.keys())
+        return counted + loading + adding > self.max_loaded
 
     def _eviction_candidate(self) -> LoadedEngine | None:
         for entry in self._entries.values():  # least recently used first
@@ -413,7 +431,7 @@ def describe(entry: LoadedEngine, now: float, policy: ModelPolicy | None) -> dic
         "last_used_s_ago": round(now - entry.last_used, 3),
         "busy": entry.busy,
         "requests_in_flight": entry.leases,
-        "queued": entry.engine.pending(),
+        "queued": entry.runner.pending,
         "pinned": bool(policy and policy.pinned),
         # Its files' SHA-256 (None: a remote model), and whether routes.yaml pins it (then
         # it was verified before the load): equal digests across replicas, equal models.

@@ -25,7 +25,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +70,21 @@ class RemoteEngine(Engine):
     name = kind_of(RemoteModel)
 
     def __init__(
-        self, model_id: str, config: RemoteModel, base_dir: Path, placement: Placement
+        self,
+        model_id: str,
+        config: RemoteModel,
+        base_dir: Path,
+        placement: Placement,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """`transport`: httpx's (tests pass httpx.MockTransport: every fault without an
+        upstream); `sleep`: how a retry waits (tests pass a fake clock's)."""
         self.model_id, self.config, self.placement = model_id, config, placement
         self._client: httpx.AsyncClient | None = None
         self._headers: dict[str, str] = {}
-        self._pending = 0
+        self._transport, self._sleep = transport, sleep
 
     def load(self) -> EngineInfo:
         """Check what can be checked without a request: privacy and the key's variable."""
@@ -107,9 +116,6 @@ class RemoteEngine(Engine):
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         return self._stream(job)
 
-    def pending(self) -> int:
-        return self._pending
-
     async def embed(self, texts: Sequence[str], *, privacy: Privacy = "local_only") -> Embeddings:
         """The upstream's /embeddings for `texts` (what privacy allows, as for generation)."""
         self._refuse_if_strict()
@@ -120,15 +126,9 @@ class RemoteEngine(Engine):
             )
         client = self._client_now()
         body = {"model": self.config.model, "input": list(texts), "encoding_format": "float"}
-        self._pending += 1
-        try:
-            response = await self._send(
-                client, client.build_request("POST", "/embeddings", json=body)
-            )
-            raw = await response.aread()
-            await response.aclose()
-        finally:
-            self._pending -= 1
+        response = await self._send(client, client.build_request("POST", "/embeddings", json=body))
+        raw = await response.aread()
+        await response.aclose()
         if response.status_code != 200:
             raise translate_status(response.status_code, raw, self.model_id, self.config)
         try:
@@ -156,18 +156,14 @@ class RemoteEngine(Engine):
                 f"model {self.model_id!r} is remote and this request's route is local_only: "
                 "its prompt may not leave the machine"
             )
-        self._pending += 1
         started = time.perf_counter()
+        response = await self._open(job)
         try:
-            response = await self._open(job)
-            try:
-                reader = _Reader(job, started, self.config.base_url, self.config.timeouts.read_s)
-                async for delta in reader.read(response):
-                    yield delta
-            finally:
-                await response.aclose()
+            reader = _Reader(job, started, self.config.base_url, self.config.timeouts.read_s)
+            async for delta in reader.read(response):
+                yield delta
         finally:
-            self._pending -= 1
+            await response.aclose()
 
     def _refuse_if_strict(self) -> None:
         if privacy_is_strict():
@@ -184,6 +180,9 @@ class RemoteEngine(Engine):
                 base_url=self.config.base_url,
                 headers=self._headers,
                 timeout=httpx.Timeout(timeouts.read_s, connect=timeouts.connect_s),
+                # At least as many connections as the runner lets requests through at once.
+                limits=httpx.Limits(max_connections=max(self.config.max_in_flight, 10)),
+                transport=self._transport,
             )
         return self._client
 
@@ -213,7 +212,7 @@ class RemoteEngine(Engine):
                 retries,
                 delay,
             )
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
         raise AssertionError("the loop returns or raises")
 
     async def _send(self, client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
@@ -225,6 +224,13 @@ class RemoteEngine(Engine):
                 f"upstream {url} sent no answer within {self.config.timeouts.read_s:g}s "
                 f"(models.{self.model_id}.timeouts.read_s)",
                 code="first_token_timeout",
+            ) from exc
+        except httpx.PoolTimeout as exc:  # zest's own connections are all busy: not the upstream
+            raise OverloadedError(
+                f"every connection to upstream {url} is busy (none free within "
+                f"{self.config.timeouts.connect_s:g}s): retry shortly, or lower "
+                f"models.{self.model_id}.max_in_flight",
+                retry_after=1,
             ) from exc
         except httpx.TransportError as exc:
             raise ServiceUnavailableError(

@@ -11,10 +11,10 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
 
-from zest.engines._admission import AdmissionQueue
 from zest.engines._base import Delta, GenerationJob
 from zest.errors import EngineError, ZestError
 
@@ -25,14 +25,11 @@ __all__ = [
     "as_engine_error",
     "log_finished",
     "stream_task",
-    "task_queue",
 ]
 
 log = logging.getLogger("zest.engines")
 Generate = Callable[[GenerationJob], Iterator[Delta]]
 _Item = Delta | BaseException | None  # None marks the end of a job's stream
-# What sets a llama.cpp runner's slots (sequences decoded at once), as a refusal names it.
-PARALLEL = "options.parallel in routes.yaml"
 
 
 @dataclass
@@ -60,28 +57,19 @@ class Task:
         self.send(None)
 
 
-class PendingCounter:
-    """Jobs submitted and not yet finished: the queue depth the router's cost model reads."""
-
-    def __init__(self) -> None:
-        self.value = 0
-
-
 async def stream_task(
-    submit: Callable[[Task], None], job: GenerationJob, pending: PendingCounter
+    submit: Callable[[Task], None], job: GenerationJob
 ) -> AsyncGenerator[Delta, None]:
-    """Submit `job` and yield its deltas. A refused submission (429) raises before anything is
-    held; closing the generator cancels the job."""
+    """Submit `job` and yield its deltas; closing the generator cancels the job. (Admission,
+    the bound and the 429 are the runner's, engines/_runner.py: what is submitted runs.)"""
     results: asyncio.Queue[_Item] = asyncio.Queue()
     submit(Task(job, asyncio.get_running_loop(), results))
-    pending.value += 1
     try:
         while (item := await results.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
             yield item
     finally:
-        pending.value -= 1
         job.cancel()
 
 
@@ -106,84 +94,63 @@ def log_finished(job: GenerationJob, delta: Delta, seconds: float) -> None:
     )
 
 
-def task_queue(
-    *, slots: int, max_queue: int, slots_set_by: str | None = PARALLEL
-) -> AdmissionQueue[Task]:
-    """The admission queue of a runner: a task cancelled while waiting leaves it at once, its
-    stream ended without output; a request's n choices are admitted together."""
-    return AdmissionQueue(
-        slots=slots,
-        max_queue=max_queue,
-        abandoned=lambda task: task.job.cancelled.is_set(),
-        drop=lambda task: task.send(None),
-        group=lambda task: task.job.group,
-        slots_set_by=slots_set_by,
-    )
-
-
 class WaitingRoom:
-    """The admission queue behind a lock, for runner threads that block until a task may run.
+    """Tasks the runner admitted, handed to a thread in arrival order once one of its slots
+    is free (a slot may still be freeing when the runner admits the next: it waits here)."""
 
-    `submit` refuses with 429 when the model is at capacity; `next` hands out the next task
-    once a slot is free (priority, then arrival); `done` frees the slot.
-    """
-
-    def __init__(self, *, slots: int, max_queue: int, slots_set_by: str | None = PARALLEL) -> None:
-        self._queue = task_queue(slots=slots, max_queue=max_queue, slots_set_by=slots_set_by)
+    def __init__(self, *, slots: int) -> None:
+        self._free = slots
+        self._tasks: deque[Task] = deque()
         self._cond = threading.Condition()
         self._closed = False
-
-    def waiting(self) -> int:
-        with self._cond:
-            return self._queue.waiting
 
     def submit(self, task: Task) -> None:
         with self._cond:
             if self._closed:
                 task.send(None)
                 return
-            self._queue.offer(task, task.job.priority)
+            self._tasks.append(task)
             self._cond.notify_all()
 
     def next(self) -> Task | None:
         """Block until a task may run; None once the room is closed."""
         with self._cond:
             while not self._closed:
-                task = self._queue.take()
-                if task is not None:
+                if self._free and self._tasks:
+                    task = self._tasks.popleft()
+                    if task.job.cancelled.is_set():  # its caller left while it waited here
+                        task.send(None)
+                        continue
+                    self._free -= 1
                     return task
                 self._cond.wait()
             return None
 
-    def done(self, *, served: bool = True) -> None:
+    def done(self) -> None:
         with self._cond:
-            self._queue.finish(served=served)
+            self._free += 1
             self._cond.notify_all()
 
     def close(self) -> None:
         """Stop handing out tasks; the waiting ones end without output."""
         with self._cond:
             self._closed = True
-            for task in self._queue.drain():
-                task.send(None)
+            while self._tasks:
+                self._tasks.popleft().send(None)
             self._cond.notify_all()
 
 
 class GenerationWorker:
     """One thread that runs one generation at a time (a single-device model)."""
 
-    def __init__(self, name: str, generate: Generate, *, max_queue: int) -> None:
+    def __init__(self, name: str, generate: Generate) -> None:
         self._generate = generate
-        self._room = WaitingRoom(slots=1, max_queue=max_queue, slots_set_by=None)
-        self.pending = PendingCounter()
+        self._room = WaitingRoom(slots=1)
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
         self._thread.start()
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
-        return stream_task(self._room.submit, job, self.pending)
-
-    def waiting(self) -> int:
-        return self._room.waiting()
+        return stream_task(self._room.submit, job)
 
     def close(self) -> None:
         self._room.close()

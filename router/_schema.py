@@ -259,6 +259,10 @@ class RemoteModel(_Strict):
     backoff_s: float = Field(default=0.5, ge=0, le=60)
     # A Retry-After longer than this is not waited for: the attempt fails as overloaded.
     max_retry_wait_s: float = Field(default=10.0, ge=0, le=600)
+    # Requests sent to the upstream at once, and more that may wait for one of them; beyond,
+    # zest answers 429 with Retry-After itself, before the upstream is asked.
+    max_in_flight: int = Field(default=16, ge=1, le=4096)
+    max_queue: int = Field(default=64, ge=0)
 
     @field_validator("base_url")
     @classmethod

@@ -60,7 +60,7 @@ log = logging.getLogger("zest.gateway")
 def loaded_engines(runtime: Runtime) -> list[tuple[EngineInfo, int]]:
     """Each loaded engine with its queue depth: the one place that knows how the runtime holds
     its engines."""
-    return [(entry.info, entry.engine.pending()) for entry in runtime.pool.loaded()]
+    return [(entry.info, entry.runner.pending) for entry in runtime.pool.loaded()]
 
 
 def loaded_digests(runtime: Runtime) -> list[tuple[EngineInfo, ModelDigest]]:

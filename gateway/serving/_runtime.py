@@ -28,7 +28,7 @@ from zest.engines import (
     load_tokenizer,
     verify_model,
 )
-from zest.errors import RequestError, ServiceUnavailableError
+from zest.errors import EngineError, RequestError, ServiceUnavailableError
 from zest.gateway.serving._drain import Drain
 from zest.gateway.serving._planning import plan_for
 from zest.gateway.serving._routing import RoutingOracle
@@ -268,7 +268,7 @@ class Runtime:
         engine."""
         try:
             tokenizer = await self.tokenizer(routes, model_id)
-        except ServiceUnavailableError:
+        except (ServiceUnavailableError, EngineError):
             tokenizer = None
         return await asyncio.to_thread(Tokens(prompt, tokenizer).count, prompt.messages)
 
@@ -291,13 +291,13 @@ class Runtime:
         route = routes.config.routes.get(task)
         if route is None:
             return 0
-        return sum(entry.engine.waiting() for entry in self.pool.find(route.model))
+        return sum(entry.runner.waiting for entry in self.pool.find(route.model))
 
     def queue_depths(self) -> dict[str, int]:
         depths: dict[str, int] = {}
         for entry in self.pool.loaded():
             for device in entry.engine.placement.devices:
-                depths[device.name] = depths.get(device.name, 0) + entry.engine.pending()
+                depths[device.name] = depths.get(device.name, 0) + entry.runner.pending
         return depths
 
     async def acquire(self, routes: LoadedRoutes, model_id: str, placement: Placement) -> Lease:

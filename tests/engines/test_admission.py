@@ -1,5 +1,6 @@
-"""The shared admission queue on every local engine kind, on the real model: the bound
+"""The runner's admission in front of every local engine kind, on the real model: the bound
 (`parallel + max_queue` accepted, the next refused with 429 holding nothing) and priority order.
+Each kind's runner is made from the admission the kind declares for its model's options.
 
 llamacpp runs the batch scheduler, hybrid the prefill/decode pipeline on emulated devices,
 onnx-genai the one-at-a-time worker (`make onnx-model`)."""
@@ -16,7 +17,8 @@ import pytest
 from tests.engines.conftest import job_for, load_smollm2
 from tests.engines.test_hybrid import GPU, NPU
 from tests.engines.test_onnx_genai import onnx_engine
-from zest.engines import Delta, Engine
+from zest.engines import Delta, Engine, engine_kind
+from zest.engines._runner import Runner
 from zest.errors import OverloadedError
 from zest.router import Device, Placement
 
@@ -55,41 +57,48 @@ async def until(condition: Callable[[], bool], what: str, timeout: float = 30.0)
         await asyncio.sleep(0.005)
 
 
-async def occupy(engine: Engine, slots: int) -> list[AsyncGenerator[Delta, None]]:
+def runner_of(engine: Engine) -> Runner:
+    config = engine.config  # type: ignore[attr-defined]
+    return Runner(engine, engine_kind(config.engine).admission(config))
+
+
+async def occupy(runner: Runner, slots: int) -> list[AsyncGenerator[Delta, None]]:
     """`slots` long generations, each past its first token: every slot is running."""
+    engine = runner.engine
     busy = [
-        engine.stream(job_for(engine, f"Tell story {n}.", max_tokens=400)) for n in range(slots)
+        runner.stream(job_for(engine, f"Tell story {n}.", max_tokens=400)) for n in range(slots)
     ]
     await asyncio.gather(*(anext(stream) for stream in busy))
     return busy
 
 
 async def scenario(engine: Engine, slots: int) -> tuple[OverloadedError, list[str], int]:
-    busy = await occupy(engine, slots)
+    runner = runner_of(engine)
+    busy = await occupy(runner, slots)
     first_token: list[str] = []
 
     async def run(name: str, priority: int) -> None:
         job = dataclasses.replace(job_for(engine, "Hi", max_tokens=2), priority=priority)
-        async for _ in engine.stream(job):
+        async for _ in runner.stream(job):
             if name not in first_token:
                 first_token.append(name)
 
     low = asyncio.create_task(run("low", 0))
-    await until(lambda: engine.pending() == slots + 1, "the low-priority request queued")
+    await until(lambda: runner.pending == slots + 1, "the low-priority request queued")
     high = asyncio.create_task(run("high", 5))
-    await until(lambda: engine.pending() == slots + 2, "the high-priority request queued")
+    await until(lambda: runner.pending == slots + 2, "the high-priority request queued")
 
-    refused_stream = engine.stream(job_for(engine, "Hi", max_tokens=2))
+    refused_stream = runner.stream(job_for(engine, "Hi", max_tokens=2))
     with pytest.raises(OverloadedError) as refused:
         await anext(refused_stream)
-    pending_after_refusal = engine.pending()
+    pending_after_refusal = runner.pending
 
     await busy[0].aclose()  # one slot frees: the high-priority request must take it
     await until(lambda: bool(first_token), "a queued request started")
     for stream in busy[1:]:
         await stream.aclose()
     await asyncio.wait_for(asyncio.gather(low, high), timeout=60)
-    await until(lambda: engine.pending() == 0, "the engine is idle again")
+    await until(lambda: runner.pending == 0, "the runner is idle again")
     return refused.value, first_token, pending_after_refusal
 
 

@@ -46,11 +46,14 @@ class LoadGate:
 
 class CountingEngine(Engine):
     name = "counting"
+    made: ClassVar[list[str]] = []
     loads: ClassVar[list[str]] = []
     closes: ClassVar[list[str]] = []
 
     def __init__(self, model_id: str, gate: LoadGate | None = None) -> None:
-        self.model_id, self.placement, self._gate, self.queued = model_id, ON_CPU, gate, 0
+        self.model_id, self.placement, self._gate = model_id, ON_CPU, gate
+        CountingEngine.made.append(model_id)
+        self.hold: asyncio.Event | None = None  # set: a generation waits for it
 
     def load(self) -> EngineInfo:
         if self._gate is not None:
@@ -63,10 +66,9 @@ class CountingEngine(Engine):
         return EngineInfo("counting", self.model_id, "cpu", "test", 64, "memory")
 
     async def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
+        if self.hold is not None:
+            await self.hold.wait()
         yield Delta(text="x", finish_reason="stop", completion_tokens=1)
-
-    def pending(self) -> int:
-        return self.queued
 
     async def close(self) -> None:
         CountingEngine.closes.append(self.model_id)
@@ -74,7 +76,7 @@ class CountingEngine(Engine):
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
-    CountingEngine.loads, CountingEngine.closes = [], []
+    CountingEngine.made, CountingEngine.loads, CountingEngine.closes = [], [], []
 
 
 def spec(model_id: str, source: str = "m.gguf") -> EngineSpec:
@@ -172,15 +174,48 @@ async def test_a_busy_model_is_not_unloaded_under_its_request() -> None:
     assert CountingEngine.closes == ["a"]
 
 
+def test_two_first_requests_for_different_models_do_not_both_take_the_room(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A load in flight counts against the cap: the second waits for it to end, then decides
+    with the first loaded (here busy with its request: over the cap, said, swept back)."""
+
+    async def scenario() -> None:
+        gate = LoadGate()
+        engines, _ = pool(max_loaded=1, gate=gate)
+        first = asyncio.ensure_future(engines.acquire(spec("a")))
+        await gate.wait_started()
+        second = asyncio.ensure_future(engines.acquire(spec("b")))
+        await asyncio.sleep(0.05)
+        assert CountingEngine.made == ["a"]  # b has not started beside a
+        gate.opened.set()
+        held, other = await asyncio.gather(first, second)
+        assert CountingEngine.made == ["a", "b"]
+        held.release()
+        other.release()
+        await engines.sweep()
+        assert len(engines.loaded()) == 1
+
+    asyncio.run(scenario())
+    assert "goes over max_loaded_models=1" in caplog.text
+
+
 @sync
 async def test_a_queued_request_keeps_a_model_busy() -> None:
     engines, _ = pool(max_loaded=1)
     await use(engines, "a")
-    engine = engines.loaded()[0].engine
-    assert isinstance(engine, CountingEngine)
-    engine.queued = 1
+    entry = engines.loaded()[0]
+    assert isinstance(entry.engine, CountingEngine)
+    entry.engine.hold = asyncio.Event()
+    running = asyncio.ensure_future(
+        anext(entry.runner.stream(GenerationJob.greedy([1], max_tokens=1)))
+    )
+    await asyncio.sleep(0)  # admitted by the runner, generating
+    assert entry.runner.pending == 1
     await use(engines, "b")
     assert CountingEngine.closes == []
+    entry.engine.hold.set()
+    assert (await running).finish_reason == "stop"
 
 
 @sync

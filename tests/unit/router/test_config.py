@@ -539,8 +539,8 @@ def test_a_misspelt_remote_key_lists_the_remote_keys() -> None:
     text = POLICIES.replace("model: llama-3.1-8b}", "model: llama-3.1-8b, retry: 3}")
     assert problems(text) == [
         "routes.yaml: models.upstream.retry: unknown key 'retry': did you mean 'retries'? "
-        "(allowed: api_key_env, backoff_s, base_url, context_length, engine, max_retry_wait_s, "
-        "model, retries, timeouts)"
+        "(allowed: api_key_env, backoff_s, base_url, context_length, engine, max_in_flight, "
+        "max_queue, max_retry_wait_s, model, retries, timeouts)"
     ]
 
 

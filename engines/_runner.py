@@ -1,0 +1,85 @@
+"""One runner around every engine, remote included: admission (the pure AdmissionQueue:
+priority, then arrival; a bound; 429 with Retry-After; a request's n choices together),
+counted on the event loop.
+
+An engine only generates what its runner let through: a llama.cpp scheduler gets at most its
+slots' worth of jobs (plus, for a moment, a job admitted while a cancelled one's slot is still
+being freed, which it starts once the slot is free), an onnx-genai worker one at a time, a
+remote upstream at most `max_in_flight` requests. So the bound, the priority order and the
+Retry-After are the same code for every kind, and `pending`/`waiting` are the runner's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass, field
+
+from zest.engines._admission import Admission, AdmissionQueue
+from zest.engines._base import Delta, Engine, GenerationJob
+
+__all__ = ["Admission", "Runner"]
+
+
+@dataclass(eq=False)
+class _Waiter:
+    job: GenerationJob
+    admitted: asyncio.Future[None] = field(default_factory=asyncio.Future)
+
+    @property
+    def abandoned(self) -> bool:
+        return self.admitted.cancelled() or self.job.cancelled.is_set()
+
+
+class Runner:
+    def __init__(
+        self, engine: Engine, admission: Admission, clock: Callable[[], float] | None = None
+    ) -> None:
+        self.engine = engine
+        self._queue: AdmissionQueue[_Waiter] = AdmissionQueue(
+            slots=admission.slots,
+            max_queue=admission.max_queue,
+            abandoned=lambda waiter: waiter.abandoned,
+            group=lambda waiter: waiter.job.group,
+            slots_set_by=admission.slots_set_by,
+            clock=clock or time.monotonic,
+        )
+
+    @property
+    def pending(self) -> int:
+        """Jobs admitted and not finished, or waiting: the depth the auto cost model reads."""
+        return self._queue.running + self._queue.waiting
+
+    @property
+    def waiting(self) -> int:
+        return self._queue.waiting
+
+    def retry_after(self) -> int:
+        return self._queue.retry_after()
+
+    async def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
+        """The engine's deltas once a slot is free. A refusal (429, or 400 for n choices that
+        could never run together) raises at once and holds nothing; closing the stream while
+        it waits leaves the queue, and once it runs frees the slot."""
+        waiter = _Waiter(job)
+        self._queue.offer(waiter, job.priority)
+        self._admit()
+        served = False
+        try:
+            await waiter.admitted
+            async with aclosing(self.engine.stream(job)) as deltas:
+                async for delta in deltas:
+                    yield delta
+            served = True
+        finally:
+            if waiter.admitted.done() and not waiter.admitted.cancelled():
+                self._queue.finish(served=served)
+            else:
+                waiter.admitted.cancel()  # dropped from the queue when it is next looked at
+            self._admit()
+
+    def _admit(self) -> None:
+        while (waiter := self._queue.take()) is not None:
+            waiter.admitted.set_result(None)
