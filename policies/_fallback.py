@@ -25,9 +25,7 @@ from zest.errors import (
     EngineError,
     GatewayTimeoutError,
     OverloadedError,
-    PrivacyError,
     RequestError,
-    ServiceUnavailableError,
 )
 from zest.router import RouteConfig
 
@@ -49,7 +47,7 @@ def classify_failure(error: RequestError, *, loading: bool) -> FailureKind | Non
         return "context overflow"
     if isinstance(error, GatewayTimeoutError):
         return "timeout" if error.code == "first_token_timeout" else None
-    if isinstance(error, PrivacyError) or not isinstance(error, ServiceUnavailableError):
+    if not error.advances:
         return None
     if loading:
         return "load error"

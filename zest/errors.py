@@ -18,25 +18,28 @@
         ├── ClientDisconnectedError 499 the client went away (nobody reads it; names the outcome)
         ├── UpstreamRejectedError   502 code=upstream_rejected (the upstream refused: auth, 404)
         ├── GatewayTimeoutError     504 code=first_token_timeout | total_timeout
+        ├── OverloadedError         429 code=overloaded: a model's queue is full (Retry-After),
+        │                           or the upstream kept answering 429
+        ├── EngineError             500 an engine failed while generating (foreign errors chained)
         └── ServiceUnavailableError 503 (model not loaded, engine not installed; code
             │                       model_load_failed: its files would not load;
             │                       upstream_unavailable: the upstream kept answering 503)
             ├── DeviceUnavailableError  no allowed device can serve the route
             ├── ModelFileMissingError   code=model_not_available: the model's file is not here
             ├── ModelDigestMismatchError code=model_digest_mismatch: the file is not the pinned one
-            ├── OverloadedError     429 code=overloaded: a model's queue is full (Retry-After),
-            │                       or the upstream kept answering 429
             ├── PrivacyError        code=privacy_forbidden: a remote engine refused the request
-            ├── ShuttingDownError   code=shutting_down: the server drains (Retry-After)
-            └── EngineError         500 an engine failed while generating (foreign errors chained)
+            └── ShuttingDownError   code=shutting_down: the server drains (Retry-After)
 
-Each RequestError class declares its HTTP status, OpenAI `type` and its metrics `outcome`
-label explicitly (a request's outcome is its `code` when it has one, else the class's
-`outcome`): renaming a class changes no dashboard. `error_body` is the one place an OpenAI
-error body is built, and `shown` (or `clipped`) the one way a message quotes what the client
-sent: capped, so a megabyte of input is never echoed back whole. Engines translate foreign
-exceptions at their boundary (`raise EngineError(...) from exc`); which errors move a request
-on to its next attempt is zest.policies' business.
+Each RequestError class declares its HTTP status, OpenAI `type`, its metrics `outcome` label,
+and two answers as attributes, never as ancestry: `advances` (an attempt failing with it may
+move the request on) and `retryable` (the client may send it again later). A handler for 503s
+catches no crash and no 429. All are declared explicitly (a request's outcome is its `code`
+when it has one, else the class's `outcome`): renaming a class changes no dashboard.
+`error_body` is the one place an OpenAI error body is built, and `shown` (or `clipped`) the
+one way a message quotes what the client sent: capped, so a megabyte of input is never
+echoed back whole. Engines translate foreign exceptions at their boundary (`raise
+EngineError(...) from exc`); when an error moves a request on to its next attempt is
+zest.policies' business.
 """
 
 from __future__ import annotations
@@ -141,6 +144,11 @@ class RequestError(ZestError):
     error_type = "invalid_request_error"
     # The metrics `outcome` label when the instance has no code (else the code is the label).
     outcome = "request_error"
+    # Whether an attempt failing with it may move the request on to the route's next attempt
+    # (policies decide when it does), and whether the client may send it again later: both
+    # are the class's answer, never inferred from which class it derives from.
+    advances = False
+    retryable = False
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -227,6 +235,8 @@ class ServiceUnavailableError(RequestError):
     status_code = 503
     error_type = "service_unavailable"
     outcome = "service_unavailable"
+    advances = True
+    retryable = True
 
 
 class DeviceUnavailableError(ServiceUnavailableError):
@@ -252,10 +262,14 @@ class ModelDigestMismatchError(ServiceUnavailableError):
         self.expected, self.actual = expected, actual
 
 
-class EngineError(ServiceUnavailableError):
+class EngineError(RequestError):
+    """An engine failed while generating: the next attempt may serve it; the same request
+    sent again may fail the same way."""
+
     status_code = 500
     error_type = "engine_error"
     outcome = "engine_error"
+    advances = True
 
 
 class UpstreamRejectedError(RequestError):
@@ -278,7 +292,7 @@ class GatewayTimeoutError(RequestError):
         super().__init__(message, code=code)
 
 
-class OverloadedError(ServiceUnavailableError):
+class OverloadedError(RequestError):
     """Too many requests wait for a model (or an upstream keeps refusing): retry later.
 
     It advances a fallback chain like any unavailability; answered, it is a 429.
@@ -287,6 +301,8 @@ class OverloadedError(ServiceUnavailableError):
     status_code = 429
     error_type = "rate_limit_error"
     outcome = "overloaded"
+    advances = True
+    retryable = True
 
     def __init__(self, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message, code="overloaded")
@@ -297,6 +313,7 @@ class OverloadedError(ServiceUnavailableError):
 
 class PrivacyError(ServiceUnavailableError):
     outcome = "privacy_forbidden"
+    advances = False  # the next attempt gets the same answer: privacy is the route's
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="privacy_forbidden")
