@@ -52,5 +52,5 @@ def test_chat_bodies(body: dict[str, Any], expected: str) -> None:
 
 def test_a_union_of_the_responses_api_is_one_message() -> None:
     assert message(ResponsesRequest, {"model": "chat", "input": 5}) == (
-        "input: send a string or a list (a JSON array), got 5"
+        "input: send a list (a JSON array) or a string, got 5"
     )
