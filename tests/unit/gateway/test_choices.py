@@ -18,6 +18,8 @@ from zest.engines import Delta, GenerationJob
 from zest.errors import OverloadedError
 from zest.gateway.serving import Drain, SamplingFields, _generation
 from zest.gateway.serving._generation import Generation, start_choices
+from zest.gateway.serving._routing import Routed
+from zest.router import Decision, RouteConfig
 
 
 class Choices:
@@ -58,8 +60,14 @@ class Choices:
         return self.drain.in_flight, cancelled, sorted(self.closed), sorted(self.stopped_waiting)
 
 
+async def route_to_itself(runtime: Any, name: str, *_: Any) -> Routed:
+    """Routing without a routes table: the task serves itself (as a task without rules)."""
+    return Routed(name, RouteConfig(kind="chat", model="m"), Decision(name, None), ruled=False)
+
+
 def begin(choices: Choices, monkeypatch: pytest.MonkeyPatch) -> asyncio.Task[list[Generation]]:
     monkeypatch.setattr(_generation, "start_generation", choices.start)
+    monkeypatch.setattr(_generation, "route_request", route_to_itself)
     body = SamplingFields(n=4)
     runtime: Any = None  # the scripted starts need none
     return asyncio.ensure_future(
