@@ -35,7 +35,10 @@ log = logging.getLogger("zest")
 
 def add_serve_command(commands: Any) -> None:
     serve = commands.add_parser("serve", help="serve the routes file over HTTP")
-    serve.add_argument("--routes", type=Path, help=ROUTES_HELP)
+    serve.add_argument("file", nargs="?", type=Path, help=ROUTES_HELP)
+    serve.add_argument(
+        "--routes", type=Path, help="the routes file (the same as the positional file)"
+    )
     serve.add_argument("--host", help="address to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to bind (default: 8000)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
@@ -58,7 +61,7 @@ def _serve(args: argparse.Namespace) -> int:
     from zest.gateway.serving import Drain, Runtime
 
     settings = settings_from(
-        routes=args.routes,
+        routes=_routes_given(args),
         host=args.host,
         port=args.port,
         log_level=args.log_level,
@@ -113,6 +116,16 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"zest: {fatal[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def _routes_given(args: argparse.Namespace) -> Path | None:
+    """The routes file, given as `zest check` takes it (FILE) or by --routes."""
+    if args.file is not None and args.routes is not None and args.file != args.routes:
+        raise CommandError(
+            f"two routes files given ({args.file} and --routes {args.routes}): give one"
+        )
+    routes: Path | None = args.file or args.routes
+    return routes
 
 
 def _log_start(runtime: Runtime) -> None:

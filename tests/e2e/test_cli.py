@@ -73,6 +73,20 @@ def test_serve_refuses_a_misspelt_key(tmp_path: Path) -> None:
     )
 
 
+def test_serve_takes_the_routes_file_as_check_does(tmp_path: Path) -> None:
+    """`zest serve FILE`, as `zest check FILE` (--routes still works, and says the same)."""
+    bad = tmp_path / "routes.yaml"
+    bad.write_text((REPO / "routes.yaml").read_text().replace("max_tokens: 512", "max_token: 512"))
+    positional = zest("serve", str(bad), "--port", str(free_port()))
+    assert positional.returncode == 1
+    assert f"{bad}: routes.chat.max_token: unknown key 'max_token'" in positional.stderr
+    twice = zest("serve", str(bad), "--routes", str(REPO / "routes.yaml"))
+    assert twice.returncode == 1
+    assert twice.stderr.strip() == (
+        f"zest: two routes files given ({bad} and --routes {REPO / 'routes.yaml'}): give one"
+    )
+
+
 def test_serve_names_a_missing_model_file_and_how_to_get_it(tmp_path: Path) -> None:
     routes = tmp_path / "routes.yaml"
     routes.write_text(
