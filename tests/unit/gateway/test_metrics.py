@@ -390,6 +390,13 @@ class _Queued:
         return self._pending
 
 
+class _QueuedRunner:
+    """A runner with requests in it: the queue depth the metrics read."""
+
+    def __init__(self, pending: int) -> None:
+        self.pending = pending
+
+
 def test_a_reloaded_model_beside_its_retired_engine_is_one_series() -> None:
     """While a reload's new engine serves and the retired one finishes, both are the same
     model on the same device: one series each, summed (duplicate series are invalid)."""
@@ -398,6 +405,7 @@ def test_a_reloaded_model_beside_its_retired_engine_is_one_series() -> None:
     for fingerprint, pending, retired in (("old", 2, True), ("new", 1, False)):
         spec = EngineSpec("smollm2", served.routes.config.models["smollm2"], Path(), CPU_PLACEMENT)
         entry = LoadedEngine(spec, _Queued(pending), info, 0.0, 0.0, retired=retired)  # type: ignore[arg-type]
+        entry.runner = _QueuedRunner(pending)  # type: ignore[assignment]
         served.pool._entries[("smollm2", fingerprint, "cpu")] = entry
     text = Metrics(served).scrape().decode()
     lines = [
