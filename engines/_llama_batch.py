@@ -27,9 +27,12 @@ from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
 from zest.engines._prefix_cache import PrefixCache
 from zest.engines._speculation import PromptLookup, draft_entries, take_tokens
+from zest.engines._step_plan import Prefilling, prefill_chunks
 from zest.engines._worker import Task, stream_task
 
 __all__ = ["BatchScheduler"]
+
+_FIRST_TOKENS_KEPT = 256
 
 
 @dataclass
@@ -92,6 +95,10 @@ class BatchScheduler:
         self._incoming: deque[Task] = deque()
         self._cond = threading.Condition()
         self._closed = False
+        # Steps run, and the step at which recent jobs (by label) had their first token: what
+        # the batch composition is judged by (tests count steps, not seconds).
+        self.steps = 0
+        self.first_token_steps: dict[str, int] = {}
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
         self._thread.start()
 
@@ -179,15 +186,13 @@ class BatchScheduler:
             row = _Row(slot, len(entries), slot.draft()[: max(spare, 0)])
             entries += draft_entries(slot.token or 0, slot.position, slot.seq, row.draft)
             decoding.append(row)
-        for slot in (s for s in self._active if s.token is None):
-            room = self._ctx.settings.n_batch - len(entries)
-            if room <= 0:
-                break
-            end = min(len(slot.prompt), slot.cursor + room)
+        for slot, tokens in self._prefill_plan(len(entries), generating):
+            end = slot.cursor + tokens
             last = len(slot.prompt) - 1
             chunk = [(slot.prompt[p], p, slot.seq, p == last) for p in range(slot.cursor, end)]
             filling.append(_Row(slot, len(entries) + len(chunk) - 1, end=end))
             entries += chunk
+        self.steps += 1
         try:
             self._ctx.decode(entries)
             for row in decoding:
@@ -197,6 +202,21 @@ class BatchScheduler:
         except Exception as exc:
             for slot in list(self._active):
                 self._retire(slot, error=exc)
+
+    def _prefill_plan(self, used: int, generating: list[_Slot]) -> list[tuple[_Slot, int]]:
+        """The prompts' chunks of this step: by route priority, lower ones yielding
+        (engines/_step_plan.py)."""
+        prefilling = {s.seq: s for s in self._active if s.token is None}
+        waiting = [
+            Prefilling(seq, s.task.job.priority, len(s.prompt) - s.cursor)
+            for seq, s in prefilling.items()
+        ]
+        chunks = prefill_chunks(
+            waiting,
+            budget=self._ctx.settings.n_batch - used,
+            decoding=[s.task.job.priority for s in generating],
+        )
+        return [(prefilling[seq], tokens) for seq, tokens in chunks]
 
     def _after_prefill_chunk(self, slot: _Slot, chunk_end: int, last_index: int) -> None:
         slot.cursor = chunk_end
@@ -208,6 +228,9 @@ class BatchScheduler:
         if self._cache is not None:
             self._cache.keep(slot.prompt, slot.seq)
         slot.decode_start = time.perf_counter()
+        self.first_token_steps[slot.task.job.label] = self.steps
+        while len(self.first_token_steps) > _FIRST_TOKENS_KEPT:
+            del self.first_token_steps[next(iter(self.first_token_steps))]
         slot.token = token
         if slot.drafter is not None:
             slot.drafter.append(token)

@@ -1,0 +1,63 @@
+"""Route priority reaches the batch, on the real model: a high-priority prompt admitted while
+a long low-priority prompt is being prefilled has its first token before that prefill ends,
+counted in the scheduler's steps (never timed)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+
+from tests.engines.conftest import job_for, load_smollm2
+from zest.engines import Delta, Engine, GenerationJob
+from zest.engines._llama_batch import BatchScheduler
+from zest.router import Device, Placement
+
+CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
+ARTICLE = " ".join(
+    f"Paragraph {n}: the committee reviewed the budget, the library wing and the road "
+    "repairs, and asked the council for a report on each before the spring session."
+    for n in range(40)
+)  # about 1,400 tokens: three full steps of n_batch 512
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened within {timeout} s: {what}")
+        await asyncio.sleep(0.002)
+
+
+async def run(engine: Engine, job: GenerationJob) -> list[Delta]:
+    return [delta async for delta in engine.stream(job)]
+
+
+def test_a_high_priority_first_token_comes_before_a_low_priority_prefill_ends() -> None:
+    engine = load_smollm2(Placement(CPU, CPU), parallel=2, prefix_cache_entries=1)
+    scheduler = engine._runner  # type: ignore[attr-defined]
+    assert isinstance(scheduler, BatchScheduler)
+    low = dataclasses.replace(
+        job_for(engine, f"Summarize: {ARTICLE}", max_tokens=2), priority=0, label="low"
+    )
+    high = dataclasses.replace(
+        job_for(engine, "Complete: def add(a, b):", max_tokens=2), priority=50, label="high"
+    )
+
+    async def scenario() -> tuple[list[Delta], list[Delta]]:
+        summary = asyncio.ensure_future(run(engine, low))
+        await until(lambda: scheduler.steps >= 1, "the low-priority prefill began")
+        completion = await run(engine, high)
+        return completion, await summary
+
+    try:
+        completion, summary = asyncio.run(scenario())
+    finally:
+        asyncio.run(engine.close())
+    assert completion[-1].finish_reason is not None
+    assert summary[-1].finish_reason is not None  # the yielding prompt was not starved
+    high_at, low_at = scheduler.first_token_steps["high"], scheduler.first_token_steps["low"]
+    # Before priority reached the batch, the low prompt took every step's budget until its
+    # prefill ended (step 3), and the high one started only then (step 4).
+    assert high_at < low_at, (high_at, low_at)

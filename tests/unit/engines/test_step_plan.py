@@ -1,0 +1,39 @@
+"""Which prompts' prefill enters a step: by route priority, lower prompts yielding a small chunk
+while a higher-priority request prefills or decodes, never paused (no starvation)."""
+
+from __future__ import annotations
+
+from zest.engines._step_plan import YIELD_CHUNK, Prefilling, prefill_chunks
+
+
+def test_equal_priorities_fill_the_budget_in_arrival_order() -> None:
+    waiting = [Prefilling(1, 0, 400), Prefilling(2, 0, 400)]
+    assert prefill_chunks(waiting, budget=512) == [(1, 400), (2, 112)]
+
+
+def test_a_higher_priority_prompt_goes_first_and_the_lower_one_yields() -> None:
+    waiting = [Prefilling(1, 0, 1600), Prefilling(2, 50, 40)]
+    assert prefill_chunks(waiting, budget=512) == [(2, 40), (1, YIELD_CHUNK)]
+
+
+def test_a_lower_prompt_yields_while_a_higher_request_decodes() -> None:
+    waiting = [Prefilling(1, 0, 1600)]
+    assert prefill_chunks(waiting, budget=510, decoding=[50, 0]) == [(1, YIELD_CHUNK)]
+    assert prefill_chunks(waiting, budget=510, decoding=[0, 0]) == [(1, 510)]
+
+
+def test_a_yielding_prompt_is_never_paused_under_a_steady_interactive_load() -> None:
+    """However many interactive prompts come, the batch prompt gets its chunk every step
+    while budget remains after them: its prefill ends in a bounded number of steps."""
+    remaining, steps = 1600, 0
+    while remaining > 0:
+        interactive = [Prefilling(100 + steps, 50, 40)]  # a new one every step
+        chunks = dict(prefill_chunks([Prefilling(1, 0, remaining), *interactive], budget=512))
+        remaining -= chunks[1]
+        steps += 1
+    assert steps == -(-1600 // YIELD_CHUNK)
+
+
+def test_the_budget_bounds_every_chunk() -> None:
+    waiting = [Prefilling(1, 50, 900), Prefilling(2, 0, 900)]
+    assert prefill_chunks(waiting, budget=512) == [(1, 512)]
