@@ -36,7 +36,7 @@ from zest.gateway.http._metrics_routes import (
     stats_history,
 )
 from zest.gateway.http._openapi import openapi_json
-from zest.gateway.http._ops import OPS_HANDLERS, describe_loaded
+from zest.gateway.http._ops import OPS_HANDLERS, describe_loaded, lemonade_health
 from zest.gateway.http._responses import (
     collect_body,
     embedding_body,
@@ -435,9 +435,15 @@ async def system_info(runtime: Runtime) -> dict[str, Any]:
 
 @get("/health")
 async def health(runtime: Runtime) -> dict[str, Any]:
-    """Liveness: the process answers (readiness, models loaded, is GET /v1/ready)."""
+    """Liveness: the process answers (readiness, models loaded, is GET /v1/ready); with
+    Lemonade's model_loaded (the model used last) and all_models_loaded for its clients."""
     loaded = sorted({entry.info.model for entry in runtime.pool.loaded()})
-    return {"status": "ok", "state": runtime.state, "models_loaded": loaded}
+    return {
+        "status": "ok",
+        "state": runtime.state,
+        "models_loaded": loaded,
+        **lemonade_health(runtime),
+    }
 
 
 @head("/health")

@@ -1,13 +1,15 @@
 """Operations endpoints: the routes in force and reloading them, the loaded models and loading
 or unloading them, readiness. Handlers marked `opt={"admin": True}` change the server's state
-(the admin key guards them when keys are configured)."""
+(the admin key guards them when keys are configured). Load and unload also take Lemonade's
+shape (`model_name`, a task id) and answer with its `status` and `message` beside zest's."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import MediaType, Request, Response, get, head, post
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from zest.engines import LoadedEngine, describe
 from zest.errors import BadRequestError, ModelBusyError, shown
@@ -15,7 +17,7 @@ from zest.gateway.http._body import parse_body, takes
 from zest.gateway.serving import Reloader, Runtime, describe_inventory
 from zest.router import LoadedRoutes, Placement, parse_device, rules_summary
 
-__all__ = ["OPS_HANDLERS", "describe_loaded"]
+__all__ = ["OPS_HANDLERS", "describe_loaded", "lemonade_health"]
 
 ADMIN = {"admin": True}
 
@@ -23,9 +25,34 @@ ADMIN = {"admin": True}
 class ModelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str
-    # cpu, gpu, npu or PREFILL->DECODE; default: where the model's routes first place it.
+    # A model id of the routes file, or a task id (GET /v1/models): that task's model.
+    model: str | None = None
+    model_name: str | None = None  # Lemonade's name for `model`
+    # cpu, gpu, npu or PREFILL->DECODE; default: where the task (else the model's first
+    # route) places it.
     device: str | None = None
+
+    @model_validator(mode="after")
+    def _one_name(self) -> ModelRequest:
+        if (self.model is None) == (self.model_name is None):
+            raise ValueError(
+                "send model (or Lemonade's model_name), once: a model or task id of the routes file"
+            )
+        return self
+
+    def named(self) -> tuple[str, str]:
+        """The name sent, and the key it was sent as (what an error names)."""
+        if self.model is not None:
+            return self.model, "model"
+        return self.model_name or "", "model_name"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a load or unload names: a model, or a task whose model it is."""
+
+    model: str
+    task: str | None
 
 
 @get("/routes")
@@ -68,33 +95,38 @@ async def loaded_models(runtime: Runtime) -> dict[str, Any]:
 async def load_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
     data = await parse_body(request, ModelRequest)
     routes = runtime.routes
-    _check_model(routes, data.model)
-    placement = _placement(runtime, routes, data.model, data.device)
-    lease = await runtime.acquire(routes, data.model, placement)
+    target = _target(routes, data)
+    placement = _placement(runtime, routes, target, data.device)
+    lease = await runtime.acquire(routes, target.model, placement)
     lease.release()
     loaded = [entry for entry in runtime.pool.loaded() if entry.info is lease.info]
-    return {"loaded": True, "data": describe_loaded(runtime, loaded)}
+    return {
+        "loaded": True,
+        "data": describe_loaded(runtime, loaded),
+        "status": "success",  # Lemonade's
+        "message": f"Loaded model: {data.named()[0]}",
+    }
 
 
 @post("/unload", status_code=200, opt={**ADMIN, **takes(ModelRequest)})
 async def unload_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
     data = await parse_body(request, ModelRequest)
-    _check_model(runtime.routes, data.model)
+    target = _target(runtime.routes, data)
     key = None
     if data.device is not None:
-        key = _placement(runtime, runtime.routes, data.model, data.device).key
-    entries = runtime.pool.find(data.model, key)
+        key = _placement(runtime, runtime.routes, target, data.device).key
+    entries = runtime.pool.find(target.model, key)
     busy = [entry for entry in entries if entry.busy]
     if busy:
         raise ModelBusyError(
-            f"model {data.model!r} is serving {sum(e.leases for e in busy)} request(s) on "
+            f"model {target.model!r} is serving {sum(e.leases for e in busy)} request(s) on "
             f"{', '.join(e.info.device for e in busy)}: retry when they end",
             code="model_busy",
         )
     listing = describe_loaded(runtime, entries)
     for entry in entries:
         await runtime.pool.unload(entry, "asked by POST /unload")
-    return {"unloaded": listing}
+    return {"unloaded": listing, "status": "success", "message": "Model unloaded successfully"}
 
 
 @get("/ready")
@@ -138,23 +170,44 @@ def describe_loaded(
     return [describe(entry, now, runtime.model_policy(entry.spec.model_id)) for entry in entries]
 
 
-def _check_model(routes: LoadedRoutes, model_id: str) -> None:
-    if model_id not in routes.config.models:
-        known = ", ".join(sorted(routes.config.models))
-        raise BadRequestError(
-            f"model: unknown model {shown(model_id)}: use a model id of the routes file ({known})",
-            param="model",
-        )
+def lemonade_health(runtime: Runtime) -> dict[str, Any]:
+    """Lemonade's fields of GET /health: the model used last, and every loaded one."""
+    entries = runtime.pool.loaded()
+    latest = max(entries, key=lambda entry: entry.last_used, default=None)
+    return {
+        "model_loaded": latest.info.model if latest else None,
+        "all_models_loaded": [
+            {"model_name": e.info.model, "device": e.info.device, "recipe": e.info.engine}
+            for e in entries
+        ],
+    }
+
+
+def _target(routes: LoadedRoutes, data: ModelRequest) -> Target:
+    """The model a request names: a model id, else a task's (as GET /v1/models lists them)."""
+    name, key = data.named()
+    config = routes.config
+    if name in config.models:
+        return Target(name, None)
+    if name in config.routes:
+        return Target(config.routes[name].model, name)
+    raise BadRequestError(
+        f"{key}: unknown model {shown(name)}: use a model id ({', '.join(sorted(config.models))})"
+        f" or a task id ({', '.join(sorted(config.routes))}) of the routes file",
+        param=key,
+    )
 
 
 def _placement(
-    runtime: Runtime, routes: LoadedRoutes, model_id: str, device: str | None
+    runtime: Runtime, routes: LoadedRoutes, target: Target, device: str | None
 ) -> Placement:
     if device is None:
-        for task, route in routes.config.routes.items():
-            if route.model == model_id:
+        tasks = [target.task] if target.task else list(routes.config.routes)
+        for task in tasks:
+            route = routes.config.routes[task]
+            if route.model == target.model:
                 return runtime.plan(routes, task, route, prompt_tokens=0).first.placement
-        return runtime.default_placement(routes, model_id)
+        return runtime.default_placement(routes, target.model)
     names = parse_device(device) if device not in ("auto",) else None
     devices = runtime.devices
     if names is None or any(name not in devices for name in names):

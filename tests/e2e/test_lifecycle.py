@@ -157,8 +157,8 @@ def test_load_and_unload_name_what_is_wrong(zest: Server) -> None:
     unknown = admin(zest, "load", "third")
     assert unknown.status_code == 400
     assert unknown.json()["error"]["message"] == (
-        "model: unknown model 'third': use a model id of the routes file "
-        "(brief, first, second, warm)"
+        "model: unknown model 'third': use a model id (brief, first, second, warm) or a task "
+        "id (brief, first, long, second, warm) of the routes file"
     )
     bad_device = admin(zest, "load", "first", device="tpu")
     assert bad_device.status_code == 400
@@ -166,6 +166,35 @@ def test_load_and_unload_name_what_is_wrong(zest: Server) -> None:
     misspelt = httpx.post(f"{zest.v1}/load", json={"modle": "first"}, timeout=30)
     assert misspelt.status_code == 400
     assert "did you mean 'model'?" in misspelt.json()["error"]["message"]
+
+
+def test_lemonade_s_load_unload_and_health(zest: Server) -> None:
+    """Lemonade's clients unchanged: model_name, a task id (long is served by second), its
+    status and message, and health's model_loaded (the model used last)."""
+    unload_all_but_warm(zest)
+    api = f"{zest.base_url}/api/v1"
+    loaded_now = httpx.post(f"{api}/load", json={"model_name": "long"}, timeout=120)
+    assert loaded_now.status_code == 200, loaded_now.text
+    body = loaded_now.json()
+    assert (body["status"], body["message"]) == ("success", "Loaded model: long")
+    assert [entry["model"] for entry in body["data"]] == ["second"]
+    health = httpx.get(f"{api}/health", timeout=30).json()
+    assert health["model_loaded"] == "second"
+    assert {"model_name": "second", "device": "cpu", "recipe": "llamacpp"} in (
+        health["all_models_loaded"]
+    )
+    assert health["status"] == "ok"
+    assert "second" in health["models_loaded"]
+    unloaded = httpx.post(f"{api}/unload", json={"model_name": "long"}, timeout=120)
+    assert unloaded.status_code == 200, unloaded.text
+    assert unloaded.json()["status"] == "success"
+    assert [entry["model"] for entry in unloaded.json()["unloaded"]] == ["second"]
+    assert "second" not in loaded_ids(zest)
+    both = httpx.post(f"{api}/load", json={"model": "first", "model_name": "first"}, timeout=30)
+    assert both.status_code == 400
+    assert both.json()["error"]["message"] == (
+        "send model (or Lemonade's model_name), once: a model or task id of the routes file"
+    )
 
 
 def test_the_system_info_lists_what_is_loaded(zest: Server) -> None:
