@@ -1,6 +1,3 @@
-"""HTTP: the Litestar app (OpenAI-compatible and task endpoints), settings and the CLI."""
-
-from zest.gateway.http import create_app
-from zest.gateway.serving import Runtime, Settings
-
-__all__ = ["Runtime", "Settings", "create_app"]
+"""The gateway: `http` (the Litestar app), `serving` (the runtime behind it) and `cli` (the
+`zest` command). Nothing is imported here, so `zest chat` does not load the server and its
+engines just to reach `zest.gateway.cli`: import from the subpackage you need."""

@@ -7,29 +7,41 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import import_module
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from zest.engines import ModelFacts
 from zest.errors import CommandError, ConfigError, ZestError
-from zest.gateway.cli._alerts import add_alerts_command
-from zest.gateway.cli._chat import add_chat_commands
-from zest.gateway.cli._eval import add_eval_command
-from zest.gateway.cli._init import ROUTES_HELP, add_init_command, routes_file
-from zest.gateway.cli._models import add_models_command
-from zest.gateway.cli._route_test import add_route_command
-from zest.gateway.cli._serve import add_serve_command
-from zest.gateway.cli._settings import checked_or_raise, settings_from
-from zest.gateway.cli._tables import print_table
-from zest.router import REMOTE_DEVICE, LoadedRoutes, ModelConfig, RemoteModel, load_routes
+from zest.gateway.cli._init import ROUTES_HELP, routes_file
+
+if TYPE_CHECKING:
+    from zest.engines import ModelFacts
+    from zest.router import LoadedRoutes, ModelConfig
 
 __all__ = ["main"]
 
 log = logging.getLogger("zest")
 
+# The module of each command defined elsewhere, and its function that adds the command's
+# parser. `zest chat`, `run` and `eval` are clients of a running gateway: building only the
+# command asked for keeps the server, the router and the engines (numpy, llama_cpp) out of
+# their start (tests/unit/cli/test_client_start.py).
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("_serve", "add_serve_command"),
+    "alerts": ("_alerts", "add_alerts_command"),
+    "init": ("_init", "add_init_command"),
+    "models": ("_models", "add_models_command"),
+    "eval": ("_eval", "add_eval_command"),
+    "route": ("_route_test", "add_route_command"),
+    "chat": ("_chat", "add_chat_commands"),
+    "run": ("_chat", "add_chat_commands"),
+}
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(_command_of(argv)).parse_args(argv)
     try:
         return int(args.func(args))
     except BrokenPipeError:  # `zest explain chat | head`: the reader has all it wanted
@@ -52,14 +64,28 @@ def _version() -> str:
         return "unknown"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command named, when it is one defined in its own module: then only it is built."""
+    named = next((arg for arg in argv if not arg.startswith("-")), None)
+    return named if named in _COMMANDS else None
+
+
+def _adder(command: str) -> Callable[[Any], None]:
+    module, function = _COMMANDS[command]
+    adder: Callable[[Any], None] = getattr(import_module(f"zest.gateway.cli.{module}"), function)
+    return adder
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zest", description="Declarative routing gateway for local LLMs."
     )
     parser.add_argument("--version", action="version", version=f"zest {_version()}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
-
-    add_serve_command(commands)
+    if only is not None:
+        _adder(only)(commands)
+        return parser
+    _adder("serve")(commands)
 
     check = commands.add_parser(
         "check",
@@ -93,12 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--json", action="store_true", help="print the plan as JSON")
     explain.set_defaults(func=_explain)
-    add_alerts_command(commands)
-    add_init_command(commands)
-    add_models_command(commands)
-    add_eval_command(commands)
-    add_route_command(commands)
-    add_chat_commands(commands)
+    for command in ("alerts", "init", "models", "eval", "route", "chat"):  # chat adds run
+        _adder(command)(commands)
 
     bench = commands.add_parser(
         "bench", help="benchmark zest against llama-server and llama_cpp.server, and by phase"
@@ -190,7 +212,9 @@ def _bench_phases(text: str) -> tuple[str, ...]:
 
 def _explain(args: argparse.Namespace) -> int:
     from zest.engines import detect_inventory
+    from zest.gateway.cli._settings import settings_from
     from zest.gateway.serving import explain_task, format_explanation, preflight
+    from zest.router import load_routes
 
     settings = settings_from(routes=args.routes)
     routes = load_routes(routes_file(settings.routes))
@@ -219,6 +243,8 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from zest.gateway.cli._settings import checked_or_raise, settings_from
+
     settings = settings_from(routes=args.file)
     path = routes_file(settings.routes)
     loaded, checked = checked_or_raise(path, settings, models=not args.no_models)
@@ -245,6 +271,8 @@ def _count(number: int, noun: str) -> str:
 def _print_models(loaded: LoadedRoutes, facts: dict[str, ModelFacts], pins: dict[str, str]) -> None:
     """Each local model's context, the KV cache one load of it reserves (README, sizing) and
     its verified pin."""
+    from zest.gateway.cli._tables import print_table
+
     rows = []
     for model_id, found in facts.items():
         model = loaded.config.models[model_id]
@@ -256,6 +284,9 @@ def _print_models(loaded: LoadedRoutes, facts: dict[str, ModelFacts], pins: dict
 
 
 def _print_routes(loaded: LoadedRoutes) -> None:
+    from zest.gateway.cli._tables import print_table
+    from zest.router import REMOTE_DEVICE
+
     config = loaded.config
     rows = []
     for task, route in config.routes.items():
@@ -268,6 +299,8 @@ def _print_routes(loaded: LoadedRoutes) -> None:
 
 
 def _source(model: ModelConfig) -> str:
+    from zest.router import RemoteModel
+
     if isinstance(model, RemoteModel):
         return f"{model.base_url} ({model.model})"
     return model.source

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from zest.errors import AuthenticationError, ConfigError, PermissionDeniedError, RequestError
-from zest.gateway import Settings
 from zest.gateway.http._access_log import redact_query
 from zest.gateway.http._auth import (
     AccessPolicy,
@@ -17,6 +16,7 @@ from zest.gateway.http._auth import (
     parse_keys,
     read_key_file,
 )
+from zest.gateway.serving import Settings
 
 SEND_KEY = "send 'Authorization: Bearer <key>'; the keys are set with ZEST_API_KEYS"
 SEND_ADMIN = "send 'Authorization: Bearer <admin key>', the key set with ZEST_ADMIN_KEY"

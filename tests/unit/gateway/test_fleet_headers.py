@@ -15,10 +15,9 @@ from litestar.testing import TestClient
 
 from zest import affinity_key
 from zest.errors import RequestError, ServiceUnavailableError
-from zest.gateway import Settings
 from zest.gateway.http._app import _http_error, _request_error
 from zest.gateway.http._fleet import replica_header, request_affinity
-from zest.gateway.serving import ChatMessage
+from zest.gateway.serving import ChatMessage, Settings
 
 
 @get("/health")

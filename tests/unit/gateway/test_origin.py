@@ -9,8 +9,8 @@ import socket
 import pytest
 
 from zest.errors import ConfigError, PermissionDeniedError
-from zest.gateway import Settings
 from zest.gateway.http._origin import HostRule, OriginRule, split_host
+from zest.gateway.serving import Settings
 
 
 @pytest.mark.parametrize(

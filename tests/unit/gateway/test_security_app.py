@@ -16,9 +16,9 @@ from litestar.exceptions import HTTPException
 from litestar.testing import TestClient
 
 from zest.errors import RequestError
-from zest.gateway import Settings
 from zest.gateway.http._app import _http_error, _request_error
 from zest.gateway.http._security import EXPOSED_HEADERS, HttpSecurity
+from zest.gateway.serving import Settings
 
 
 @get("/health")
