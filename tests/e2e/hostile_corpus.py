@@ -935,3 +935,84 @@ def grammar_bombs() -> Iterator[Case]:
         for name, schema, message in BOMBS:
             body = post(path, head + schema + tail)
             yield case(f"grammar/{entry}/{name}", body, 400, param, message)
+
+
+# -- routing by content: hostile content and metadata for a task with rules ------------------
+# tests/e2e/routes/hostile.yaml's `routed` task has a rule of every kind, regexes that would
+# backtrack for minutes elsewhere, and model-backed conditions that fail on these inputs.
+
+ROUTED = b'{"model":"routed","max_tokens":1,"messages":[{"role":"user","content":"@@"}]'
+
+
+def _routed(content: bytes, tail: bytes = b"") -> bytes:
+    return ROUTED.replace(b"@@", content) + tail + b"}"
+
+
+def _metadata(count: int) -> bytes:
+    pairs = b",".join(b'"k%d":"v"' % n for n in range(count))
+    return b',"metadata":{' + pairs + b"}"
+
+
+ROUTING: list[tuple[str, bytes, set[int] | int, str | EllipsisType | None, str]] = [
+    # 60 KB (the suite's body limit is 64 KiB): decided in linear time, then too long for the
+    # chosen route's context (a 400), never a 5xx.
+    ("input-60kb", _routed(b"a" * 60_000 + b"!"), {200, 400}, ANY, ""),
+    ("input-60kb-words", _routed(b"aaaa " * 12_000), {200, 400}, ANY, ""),
+    ("input-60kb-x", _routed(b"x" * 60_000), {200, 400}, ANY, ""),
+    ("input-60kb-stream", _routed(b"def " * 15_000, b',"stream":true'), {200, 400}, ANY, ""),
+    (
+        "control-characters",
+        _routed(rb"\u0000\u0001\u0007\u001b[31m def \u007f\u0085\u2028 \ufeff"),
+        200,
+        ANY,
+        "",
+    ),
+    ("lone-surrogate", _routed(rb"def \ud800 x"), 400, "messages.0.content", "surrogate"),
+    (
+        "lone-surrogate-metadata",
+        _routed(b"Hi", rb',"metadata":{"consent":"\udfff"}'),
+        400,
+        "metadata.consent",
+        "surrogate",
+    ),
+    (
+        "metadata-17-keys",
+        _routed(b"Hi", _metadata(17)),
+        400,
+        "metadata",
+        "metadata holds at most 16 keys, got 17",
+    ),
+    (
+        "metadata-1000-keys",
+        _routed(b"Hi", _metadata(1000)),
+        400,
+        "metadata",
+        "metadata holds at most 16 keys, got 1000",
+    ),
+    ("metadata-10000-keys", _routed(b"Hi", _metadata(10_000)), 413, ANY, ""),  # over 64 KiB
+    ("metadata-whitespace-value", _routed(b"Hi", b',"metadata":{"consent":"   "}'), 200, ANY, ""),
+    ("metadata-empty-value", _routed(b"Hi", b',"metadata":{"consent":""}'), 200, ANY, ""),
+    ("metadata-number-value", _routed(b"Hi", b',"metadata":{"consent":1}'), 400, ANY, ""),
+    ("metadata-nested-value", _routed(b"Hi", b',"metadata":{"consent":{"a":1}}'), 400, ANY, ""),
+    ("metadata-list", _routed(b"Hi", b',"metadata":["consent"]'), 400, "metadata", ""),
+    (
+        "metadata-long-value",
+        _routed(b"Hi", b',"metadata":{"consent":"' + b"v" * 513 + b'"}'),
+        400,
+        ANY,
+        "values at most 512",
+    ),
+    ("route-trace", _routed(b"\\u00c9 caf\\u00e9", b',"route_trace":true'), 200, ANY, ""),
+    ("route-trace-not-bool", _routed(b"Hi", b',"route_trace":"yes"'), 400, "route_trace", ""),
+]
+
+
+def routing_abuse() -> Iterator[Case]:
+    for name, body, statuses, param, message in ROUTING:
+        yield case(f"routing/{name}", post("/v1/chat/completions", body), statuses, param, message)
+    responses = b'{"model":"routed","max_output_tokens":1,"input":"' + b"(x" * 30_000 + b'"}'
+    yield case("routing/responses-60kb", post("/v1/responses", responses), {200, 400})
+    explain = b'{"task":"routed","request":{"messages":[{"role":"user","content":"@@"}]}}'
+    for name, content in (("60kb", b"a" * 60_000), ("surrogate", rb"\udc00")):
+        body = explain.replace(b"@@", content)
+        yield case(f"routing/explain-{name}", post("/v1/explain", body), {200, 400})

@@ -20,6 +20,7 @@ from tests.e2e.hostile_corpus import (
     grammar_bombs,
     hostile_strings,
     plain_refusals,
+    routing_abuse,
 )
 from tests.e2e.hostile_http import body_limit, headers, methods, paths
 from tests.e2e.rawhttp import Reply, send
@@ -31,6 +32,7 @@ CORPUS: list[Case] = [
     *field_abuse(),
     *grammar_bombs(),
     *plain_refusals(),
+    *routing_abuse(),
     *paths(),
     *methods(),
     *headers(),
