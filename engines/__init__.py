@@ -17,7 +17,6 @@ from zest.engines._base import (
     Delta,
     Embeddings,
     Engine,
-    EngineFactory,
     EngineInfo,
     EngineKind,
     GenerationJob,
@@ -26,23 +25,20 @@ from zest.engines._base import (
     Prompt,
     StageStats,
     Tokenizer,
-    TokenizerFactory,
     TokenLogprob,
     engine_kind,
-    engine_kinds,
     register_engine,
 )
 from zest.engines._baseline import RawChat, raw_llama_cpp
 from zest.engines._ceiling import Ceiling, measure_ceiling
 from zest.engines._compute import compute_bound, compute_executor, on_compute_thread
-from zest.engines._devices import Inventory, Probe, detect_inventory, parse_emulation
+from zest.engines._devices import Inventory, detect_inventory, parse_emulation
 from zest.engines._digests import DigestCache, ModelDigest, model_location, verify_model
 from zest.engines._gguf import GgufError, check_gguf_tensors
 from zest.engines._llama_embed import LlamaCppEmbedder
 from zest.engines._llamacpp import LlamaCppEngine, LlamaCppTokenizer, inspect_llamacpp
 from zest.engines._onnx_genai import OnnxGenaiEngine, OnnxGenaiTokenizer, inspect_onnx_genai
 from zest.engines._pool import (
-    EngineKey,
     EnginePool,
     EngineSpec,
     Lease,
@@ -50,10 +46,10 @@ from zest.engines._pool import (
     ModelPolicy,
     describe,
 )
-from zest.engines._remote import RemoteEngine, privacy_is_strict
+from zest.engines._remote import RemoteEngine
 from zest.engines._sources import hf_hub_cache_dir, resolve_source, zest_cache_dir
 from zest.engines._stops import StopMatcher
-from zest.engines._tokenizers import clear_tokenizers, load_tokenizer
+from zest.engines._tokenizers import load_tokenizer
 from zest.errors import EngineError
 from zest.router import (
     Capabilities,
@@ -73,26 +69,18 @@ __all__ = [
     "DigestCache",
     "Embeddings",
     "Engine",
-    "EngineFactory",
     "EngineInfo",
-    "EngineKey",
-    "EngineKind",
     "EnginePool",
     "EngineSpec",
     "GenerationJob",
     "Inventory",
     "Lease",
-    "LlamaCppEmbedder",
-    "LlamaCppEngine",
     "LlamaCppTokenizer",
     "LoadedEngine",
     "Message",
     "ModelDigest",
     "ModelFacts",
     "ModelPolicy",
-    "OnnxGenaiEngine",
-    "OnnxGenaiTokenizer",
-    "Probe",
     "Prompt",
     "RawChat",
     "RemoteEngine",
@@ -100,16 +88,13 @@ __all__ = [
     "StopMatcher",
     "TokenLogprob",
     "Tokenizer",
-    "TokenizerFactory",
     "check_model_files",
-    "clear_tokenizers",
     "compute_bound",
     "compute_executor",
     "create_engine",
     "describe",
     "detect_inventory",
     "engine_kind",
-    "engine_kinds",
     "hf_hub_cache_dir",
     "inspect_model",
     "load_tokenizer",
@@ -117,9 +102,7 @@ __all__ = [
     "model_location",
     "on_compute_thread",
     "parse_emulation",
-    "privacy_is_strict",
     "raw_llama_cpp",
-    "register_engine",
     "resolve_source",
     "verify_model",
     "zest_cache_dir",

@@ -3,8 +3,6 @@
 from zest.policies._budget import Budget, describe_budget, plan_budget, prompt_limit
 from zest.policies._fallback import FailureKind, classify_failure, may_advance
 from zest.policies._trim import (
-    APPROXIMATION,
-    Counter,
     Fitted,
     PromptLimit,
     Trimmed,
@@ -14,9 +12,7 @@ from zest.policies._trim import (
 )
 
 __all__ = [
-    "APPROXIMATION",
     "Budget",
-    "Counter",
     "FailureKind",
     "Fitted",
     "PromptLimit",

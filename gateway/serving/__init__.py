@@ -3,7 +3,6 @@ pool), a request's walk through its plan, explain, hot reload, timeouts and sett
 
 from zest.gateway.serving._decision import (
     ExplainRequest,
-    ParsedRequest,
     decide_request,
     explain_request,
 )
@@ -22,11 +21,9 @@ from zest.gateway.serving._generation import (
     start_choices,
     start_generation,
 )
-from zest.gateway.serving._planning import plan_for
 from zest.gateway.serving._preflight import Preflight, preflight
 from zest.gateway.serving._reload import (
     Reloader,
-    ReloadOutcome,
 )
 from zest.gateway.serving._requests import (
     IGNORED_FIELDS,
@@ -35,28 +32,17 @@ from zest.gateway.serving._requests import (
     CompletionRequest,
     EmbeddingRequest,
     SamplingFields,
-    StreamOptions,
     TaskRequest,
 )
 from zest.gateway.serving._responses_api import ResponsesRequest
 from zest.gateway.serving._runtime import (
-    PreloadTarget,
     Runtime,
 )
 from zest.gateway.serving._settings import (
     Settings,
 )
-from zest.gateway.serving._timeouts import (
-    Deadline,
-    first_delta,
-    next_delta,
-)
-from zest.gateway.serving._tokens import (
-    Tokens,
-)
 from zest.gateway.serving._tools import (
     ToolAnswer,
-    ToolUse,
     tool_use_for,
 )
 
@@ -65,27 +51,20 @@ __all__ = [
     "ChatMessage",
     "ChatRequest",
     "CompletionRequest",
-    "Deadline",
     "Drain",
     "Embedded",
     "EmbeddingRequest",
     "ExplainRequest",
     "Generation",
-    "ParsedRequest",
     "Preflight",
-    "PreloadTarget",
-    "ReloadOutcome",
     "Reloader",
     "RequestEvents",
     "ResponsesRequest",
     "Runtime",
     "SamplingFields",
     "Settings",
-    "StreamOptions",
     "TaskRequest",
-    "Tokens",
     "ToolAnswer",
-    "ToolUse",
     "build_prompt",
     "close_all",
     "decide_request",
@@ -93,10 +72,7 @@ __all__ = [
     "embed_inputs",
     "explain_request",
     "explain_task",
-    "first_delta",
     "format_explanation",
-    "next_delta",
-    "plan_for",
     "preflight",
     "start_choices",
     "start_generation",
