@@ -15,6 +15,7 @@ from pathlib import Path
 from zest.engines._admission import Admission, ChoiceGroup
 from zest.engines._base import (
     Delta,
+    EmbeddingInput,
     Embeddings,
     Engine,
     EngineInfo,
@@ -67,6 +68,7 @@ __all__ = [
     "ChoiceGroup",
     "Delta",
     "DigestCache",
+    "EmbeddingInput",
     "Embeddings",
     "Engine",
     "EngineInfo",

@@ -48,6 +48,8 @@ __all__ = [
 Message = dict[str, str]
 FinishReason = Literal["stop", "length", "cancelled"]
 Privacy = Literal["local_only", "allow_remote"]
+# What an embedding model embeds: a text, or token ids of its own vocabulary (OpenAI's arrays).
+EmbeddingInput = str | tuple[int, ...]
 PromptKind = Literal["chat", "completion"]
 # Private-use characters around a message's index: where its content goes in a template.
 _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"
@@ -398,10 +400,12 @@ class Engine(ABC):
         """The loaded model's tokenizer (None: the engine has none, as a remote upstream)."""
         return None
 
-    async def embed(self, texts: Sequence[str], *, privacy: Privacy = "local_only") -> Embeddings:
-        """Pooled, L2-normalised vectors of `texts`, in order: the capability of embedding
-        models (routes.yaml lets only those serve kind: embedding routes); `privacy` is the
-        route's, as for a job."""
+    async def embed(
+        self, texts: Sequence[EmbeddingInput], *, privacy: Privacy = "local_only"
+    ) -> Embeddings:
+        """Pooled, L2-normalised vectors of `texts` (texts or token ids), in order: the
+        capability of embedding models (routes.yaml lets only those serve kind: embedding
+        routes); `privacy` is the route's, as for a job."""
         raise BadRequestError(
             f"model {self.model_id!r} makes no embeddings: route kind: embedding tasks to an "
             "embedding model"

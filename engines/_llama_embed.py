@@ -1,6 +1,7 @@
 """Embedding models on llama.cpp (a GGUF loaded with options.embedding: true, such as
 all-MiniLM-L6-v2): pooled, normalised vectors through llama-cpp-python's own `Llama.embed`,
-which batches the inputs of a request and pools them as the model's metadata says."""
+which batches the inputs of a request and pools them as the model's metadata says. An input
+is a text or token ids of the model's vocabulary (OpenAI's token arrays), embedded as sent."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from zest.engines._base import (
     Delta,
+    EmbeddingInput,
     Embeddings,
     Engine,
     EngineInfo,
@@ -90,7 +92,9 @@ class LlamaCppEmbedder(Engine):
             memory_bytes=self._path.stat().st_size if self._path.is_file() else None,
         )
 
-    async def embed(self, texts: Sequence[str], *, privacy: Privacy = "local_only") -> Embeddings:
+    async def embed(
+        self, texts: Sequence[EmbeddingInput], *, privacy: Privacy = "local_only"
+    ) -> Embeddings:
         llama = self._loaded()
         async with self._lock:
             # On the compute thread, as every llama.cpp model's steps (engines/_compute.py).
@@ -98,17 +102,46 @@ class LlamaCppEmbedder(Engine):
             work = functools.partial(self._embed_now, llama, list(texts))
             return await loop.run_in_executor(compute_executor(), work)
 
-    def _embed_now(self, llama: Any, texts: list[str]) -> Embeddings:
-        for index, text in enumerate(texts):  # refuse before any work: say which input
-            tokens = len(llama.tokenize(text.encode("utf-8"), add_bos=True, special=False))
-            if tokens > self.context_length:
-                raise ContextLengthExceededError(
-                    f"input {index} is {tokens} tokens, more than model {self.model_id!r}'s "
-                    f"context of {self.context_length}: split it into shorter inputs",
+    def _embed_now(self, llama: Any, inputs: list[EmbeddingInput]) -> Embeddings:
+        # Every input's tokens, refused before any work saying which input is wrong.
+        tokens = [self._tokens(llama, index, item) for index, item in enumerate(inputs)]
+        # Llama.embed takes only text, which it tokenizes itself (as here, with the BOS): it
+        # is given each input's index as its text, and its tokenize, shadowed for this call
+        # (one batch at a time: self._lock), gives back the tokens above: token ids are
+        # embedded as sent, and a text is tokenized once.
+        llama.tokenize = lambda text, *_, **__: tokens[int(text)]
+        try:
+            vectors, used = llama.embed(
+                [str(index) for index in range(len(tokens))],
+                normalize=True,
+                truncate=False,
+                return_count=True,
+            )
+        finally:
+            del llama.tokenize
+        return Embeddings(tuple(tuple(float(x) for x in v) for v in vectors), int(used))
+
+    def _tokens(self, llama: Any, index: int, item: EmbeddingInput) -> list[int]:
+        if isinstance(item, str):
+            tokens: list[int] = llama.tokenize(item.encode("utf-8"), add_bos=True, special=False)
+        else:
+            tokens = list(item)
+            vocabulary = int(llama.n_vocab())
+            bad = next((token for token in tokens if not 0 <= token < vocabulary), None)
+            if bad is not None:
+                raise BadRequestError(
+                    f"input {index}: token id {bad} is not in the vocabulary of model "
+                    f"{self.model_id!r} (ids 0 to {vocabulary - 1}): send token ids of this "
+                    "model's own tokenizer, or the text",
                     param="input",
                 )
-        vectors, used = llama.embed(texts, normalize=True, truncate=False, return_count=True)
-        return Embeddings(tuple(tuple(float(x) for x in v) for v in vectors), int(used))
+        if len(tokens) > self.context_length:
+            raise ContextLengthExceededError(
+                f"input {index} is {len(tokens)} tokens, more than model {self.model_id!r}'s "
+                f"context of {self.context_length}: split it into shorter inputs",
+                param="input",
+            )
+        return tokens
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         raise BadRequestError(

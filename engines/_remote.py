@@ -34,6 +34,7 @@ from httpx_sse import EventSource, SSEError
 
 from zest.engines._base import (
     Delta,
+    EmbeddingInput,
     Embeddings,
     Engine,
     EngineInfo,
@@ -116,8 +117,11 @@ class RemoteEngine(Engine):
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         return self._stream(job)
 
-    async def embed(self, texts: Sequence[str], *, privacy: Privacy = "local_only") -> Embeddings:
-        """The upstream's /embeddings for `texts` (what privacy allows, as for generation)."""
+    async def embed(
+        self, texts: Sequence[EmbeddingInput], *, privacy: Privacy = "local_only"
+    ) -> Embeddings:
+        """The upstream's /embeddings for `texts` (what privacy allows, as for generation);
+        token ids go as they came: the upstream knows its vocabulary."""
         self._refuse_if_strict()
         if privacy != "allow_remote":
             raise PrivacyError(

@@ -4,9 +4,10 @@ its inputs; failures move it on as the route's fallback policy says, as for gene
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from zest.engines import Embeddings, EngineInfo
+from zest.engines import EmbeddingInput, Embeddings, EngineInfo
 from zest.errors import BadRequestError, RequestError
 from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._events import RequestEvents
@@ -35,19 +36,22 @@ class Embedded:
 async def embed_inputs(
     runtime: Runtime,
     name: str,
-    texts: list[str],
+    texts: Sequence[EmbeddingInput],
     events: RequestEvents | None = None,
     *,
     privacy_of: RouteConfig | None = None,
 ) -> Embedded:
-    """`privacy_of`: the route whose text this is (a routing condition's): the embedding
-    route's privacy is tightened to it, so a local_only route's text never leaves."""
+    """`texts`: texts, or token ids of the model's vocabulary. `privacy_of`: the route whose
+    text this is (a routing condition's): the embedding route's privacy is tightened to it,
+    so a local_only route's text never leaves."""
     events = events or RequestEvents()
     events.task_named(name)
     if not texts or len(texts) > MAX_INPUTS:
         raise BadRequestError(f"send between 1 and {MAX_INPUTS} inputs", param="input")
     if any(not text for text in texts):
-        raise BadRequestError("an input is empty: send some text in each", param="input")
+        raise BadRequestError(
+            "an input is empty: send some text (or token ids) in each", param="input"
+        )
     routes = runtime.routes
     route = find_route(name, "embedding", routes.config)
     if privacy_of is not None:

@@ -297,14 +297,41 @@ class TaskRequest(SamplingFields):
         return self.prompt if self.prompt is not None else self.input
 
 
+# A token id of the model's vocabulary (its upper bound is the model's, checked by the engine).
+TokenId = Annotated[int, Strict(), Field(ge=0)]
+
+
 class EmbeddingRequest(_Body):
-    """POST /v1/embeddings: one text or a list of texts (token arrays are not taken)."""
+    """POST /v1/embeddings: a text, a list of texts, or token ids (one array, or a list of
+    them), as OpenAI takes them: langchain's OpenAIEmbeddings sends token arrays."""
 
     model: str
-    input: str | list[str] = Field(json_schema_extra={"minItems": 1, "minLength": 1})
+    input: str | list[str] | list[TokenId] | list[list[TokenId]] = Field(
+        json_schema_extra={"minItems": 1, "minLength": 1}
+    )
     encoding_format: Literal["float", "base64"] = "float"
     # Shortening vectors changes the answer and the models served here have one size.
     dimensions: None = None
 
-    def inputs(self) -> list[str]:
-        return [self.input] if isinstance(self.input, str) else list(self.input)
+    @field_validator("input", mode="before")
+    @classmethod
+    def _token_ids(cls, given: Any) -> Any:
+        """Say which value is no token id (the union's own errors name each member)."""
+        if not isinstance(given, list) or all(isinstance(item, str) for item in given):
+            return given
+        rows = given if all(isinstance(item, list) for item in given) else [given]
+        for token in (token for row in rows for token in row):
+            if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+                raise ValueError(
+                    f"{shown(token)} is not a token id: send a text, a list of texts, or token "
+                    "ids (whole numbers from 0, in a list or in a list of lists)"
+                )
+        return given
+
+    def inputs(self) -> list[str | tuple[int, ...]]:
+        if isinstance(self.input, str):
+            return [self.input]
+        items: list[Any] = list(self.input)  # one member of the union: all of a kind
+        if items and isinstance(items[0], int):  # one token array
+            return [tuple(items)]
+        return [item if isinstance(item, str) else tuple(item) for item in items]

@@ -128,6 +128,40 @@ def test_bad_embedding_requests_say_what_to_fix(client: openai.OpenAI) -> None:
     assert "task 'embed' is an embedding route: call /v1/embeddings" in to_chat.value.message
 
 
+# "Dogs bark." in all-MiniLM-L6-v2's WordPiece ids, as its tokenizer gives them: [CLS] dogs
+# bark . [SEP]
+DOGS_BARK = [101, 6077, 11286, 1012, 102]
+
+
+def test_token_ids_are_embedded_as_their_text_is(client: openai.OpenAI) -> None:
+    """OpenAI's token arrays (langchain's OpenAIEmbeddings sends them): one array, or a list
+    of them, read as the model's own token ids."""
+    text = client.embeddings.create(model="embed", input="Dogs bark.")
+    one = client.embeddings.create(model="embed", input=DOGS_BARK)
+    several = client.embeddings.create(model="embed", input=[DOGS_BARK, DOGS_BARK[:-1]])
+    assert [item.index for item in several.data] == [0, 1]
+    assert one.usage.prompt_tokens == len(DOGS_BARK) == text.usage.prompt_tokens
+    assert several.usage.prompt_tokens == 2 * len(DOGS_BARK) - 1
+    assert cosine(one.data[0].embedding, text.data[0].embedding) > 0.9999
+    assert cosine(several.data[0].embedding, text.data[0].embedding) > 0.9999
+
+
+def test_a_token_id_outside_the_vocabulary_is_named(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.embeddings.create(model="embed", input=[DOGS_BARK, [101, 100277, 102]])
+    assert refused.value.param == "input"
+    assert refused.value.body == {
+        "message": "input 1: token id 100277 is not in the vocabulary of model 'minilm' (ids 0 "
+        "to 30521): send token ids of this model's own tokenizer, or the text",
+        "type": "invalid_request_error",
+        "param": "input",
+        "code": None,
+    }
+    with pytest.raises(openai.BadRequestError) as negative:
+        client.embeddings.create(model="embed", input=[101, -1])
+    assert "input: -1 is not a token id: " in negative.value.message
+
+
 def test_retrieval_example_finds_the_right_document(embed_server: Server) -> None:
     out = run_example(embed_server, "retrieve.py", "How can I change my password?")
     assert out.startswith("[closest: document 0,")
