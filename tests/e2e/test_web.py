@@ -6,7 +6,9 @@ asks for a key where the server has keys (a wrong one is refused)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +29,8 @@ FLAGS = [
     "--no-first-run",
 ]
 KEY = "sk-zest-web-1"
+# Where the tests leave their screenshots, to be looked at (ZEST_WEB_SHOTS, else a temp folder).
+SHOTS = Path(os.environ.get("ZEST_WEB_SHOTS") or tempfile.mkdtemp(prefix="zest-web-"))
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed: run make browser"
 )
@@ -106,7 +110,8 @@ def test_the_status_shows_readiness_devices_emulated_ones_labelled_and_models(
     page = opened.page
     page.wait_for_selector("#readiness.ok")
     assert page.text_content("#readiness") == "ready"
-    npu = page.locator("#devices tbody tr", has_text="npu(emulated)")
+    npu = page.locator("#devices tbody tr", has_text="npu")
+    assert npu.locator("td").first.text_content() == "npu emulated"  # the name, and the tag
     assert npu.locator(".tag").text_content() == "emulated"
     page.wait_for_selector("#loaded tbody tr")
     assert page.locator("#loaded tbody tr").first.locator("td").first.text_content() == "smollm2"
@@ -247,10 +252,94 @@ def test_the_live_figures_chart_the_requests_served(opened: Opened, emulated: Se
     body = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
     assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=60).status_code == 200
     opened.tab("live")
-    label = opened.page.locator("#chart-requests text")
+    label = opened.page.locator("#chart-requests text.summary")
     label.wait_for()
     assert (label.text_content() or "").startswith("max ")
     assert opened.page.locator("#chart-requests polyline").count() >= 1
+    assert opened.page.locator("#chart-requests text.tick-x").all_text_contents()[-1] == "now"
+    assert opened.page.locator("#chart-requests text.tick-y").all_text_contents()[0] == "0"
+    assert opened.page.locator("#live circle").count() == 0
+    opened.page.screenshot(path=str(SHOTS / "live.png"), full_page=True)
+    assert opened.problems == []
+
+
+CHART_OF_GAPS = """() => {
+  const svg = document.getElementById("chart-ttft");
+  const t0 = Date.UTC(2030, 0, 1, 12, 0) / 1000;
+  chart(svg, [0, 10, 20, 30, 40, 50].map((s) => t0 + s), [null, 2, null, 1, 3, null], String);
+  const texts = (cls) => [...svg.querySelectorAll(`text.${cls}`)].map((t) => t.textContent);
+  return {
+    lines: [...svg.querySelectorAll("polyline")].map((p) => p.getAttribute("points")),
+    areas: svg.querySelectorAll("polygon.area").length,
+    dots: svg.querySelectorAll("circle").length,
+    values: texts("tick-y"),
+    times: texts("tick-x"),
+    summary: texts("summary"),
+  };
+}"""
+
+
+def test_a_chart_has_time_and_value_axes_and_leaves_gaps_empty(opened: Opened) -> None:
+    """Buckets without data are gaps, and a lone bucket is a line over its ten seconds (a
+    narrow bar), not a dot: [—, 2, —, 1, 3, —] is two runs, each bucket 262/6 units wide."""
+    opened.tab("live")
+    opened.page.locator("#chart-ttft text.summary").wait_for()
+    drawn = opened.page.evaluate(CHART_OF_GAPS)
+    assert drawn["lines"] == [  # y: 84 at 0 up to 16 at the top, 5
+        "77.7,56.8 121.3,56.8",
+        "165.0,70.4 208.7,70.4 208.7,43.2 252.3,43.2",
+    ]
+    assert (drawn["areas"], drawn["dots"]) == (2, 0)
+    assert drawn["values"] == ["0", "2.5", "5"]  # 0, half and a round top
+    assert len(drawn["times"]) == 3
+    assert drawn["times"][-1] == "now"
+    assert drawn["summary"] == ["max 3, last 3"]
+    assert opened.problems == []
+
+
+TABLE_AND_CARD_RIGHT = """() => {
+  const table = document.getElementById("devices"), card = table.closest("article");
+  const padding = parseFloat(getComputedStyle(card).paddingRight);
+  return [table.getBoundingClientRect().right, card.getBoundingClientRect().right - padding];
+}"""
+
+
+@pytest.mark.parametrize("width", [1200, 700, 400])
+def test_the_devices_table_fits_its_card(browser: Browser, emulated: Server, width: int) -> None:
+    """With emulated devices ("emulated (ZEST_EMULATE_DEVICES)"), at a laptop's width and a
+    phone's."""
+    opened = Opened(browser, emulated)
+    page = opened.page
+    try:
+        page.set_viewport_size({"width": width, "height": 800})
+        page.wait_for_selector("#devices tbody tr")
+        table, card = page.evaluate(TABLE_AND_CARD_RIGHT)
+        assert table <= card + 0.5, f"the table ends at {table}, its card at {card}"
+        if width == 1200:
+            page.screenshot(path=str(SHOTS / "status.png"), full_page=True)
+    finally:
+        page.close()
+    assert opened.problems == []
+
+
+def test_a_stopped_answer_is_marked_as_stopped(opened: Opened) -> None:
+    page = opened.page
+    page.wait_for_selector("#readiness.ok")
+    opened.tab("playground")
+    page.select_option("#task", "chat")
+    page.fill("#max-tokens", "300")
+    page.fill("#prompt", "Write a long story about a dragon and a knight.")
+    page.click("#send")
+    page.wait_for_function(
+        "() => (document.querySelector('.turn.assistant')?.textContent || '').split(' ').length > 3"
+    )
+    page.click("#stop")
+    page.wait_for_selector("#send:not([disabled])")
+    reply = page.locator(".turn.assistant").last
+    assert "stopped" in (reply.get_attribute("class") or "")
+    assert reply.locator(".mark").text_content() == "stopped"
+    assert page.locator(".turn.error").count() == 0
+    page.screenshot(path=str(SHOTS / "playground-stopped.png"), full_page=True)
     assert opened.problems == []
 
 
@@ -262,6 +351,9 @@ def test_a_server_with_keys_asks_for_one_and_refuses_a_wrong_one(
     try:
         page.wait_for_selector("#key-dialog[open]")
         assert "missing API key" in (page.text_content("#key-reason") or "")
+        # Readiness is public: the badge tells it before a key is given.
+        page.wait_for_selector("#readiness.ok")
+        assert page.text_content("#readiness") == "ready"
         page.fill("#key-input", "sk-wrong")
         page.click("#key-save")
         page.wait_for_selector("#key-dialog[open]")

@@ -87,7 +87,8 @@ function megabytes(bytes) {
 }
 
 function deviceLabel(device) {
-  const cell = el("td", {}, device.label || device.name);
+  // An emulated device's label says "(emulated)" again: its name and the tag say it once.
+  const cell = el("td", {}, device.emulated ? device.name : device.label || device.name);
   if (device.emulated) cell.append(" ", el("span", { class: "tag" }, "emulated"));
   return cell;
 }
@@ -98,10 +99,14 @@ function fillRows(tbody, rows) {
 
 let countdowns = [];
 
-async function refreshStatus() {
-  const [ready, info, routes] = await Promise.all([
-    json("/v1/ready"), json("/v1/system-info"), json("/v1/routes"),
-  ]);
+// Readiness is a public probe: asked without the key, so that the badge tells the truth on a
+// server with keys before one is given (and whatever key this tab holds).
+async function refreshReadiness() {
+  const answer = await fetch("/v1/ready", { cache: "no-store" });
+  showReadiness(await answer.json());
+}
+
+function showReadiness(ready) {
   const badge = $("readiness");
   badge.textContent = ready.ready ? "ready" : ready.status;
   badge.className = `badge ${ready.ready ? "ok" : ready.status === "loading" ? "warn" : "bad"}`;
@@ -111,6 +116,10 @@ async function refreshStatus() {
   const problems = Object.entries(ready.unservable_routes || {}).map(([task, why]) => el("li", {}, `${task}: ${why}`));
   for (const error of ready.preload_errors || []) problems.push(el("li", {}, error));
   $("unservable").replaceChildren(...problems);
+}
+
+async function refreshStatus() {
+  const [info, routes] = await Promise.all([json("/v1/system-info"), json("/v1/routes")]);
   fillRows($("devices").tBodies[0], info.devices.map((d) => [
     deviceLabel(d), d.engines.join(", ") || "none", d.detected_by,
   ]));
@@ -234,7 +243,8 @@ function currentKind() {
 }
 
 function showTurns() {
-  $("history").replaceChildren(...turns.map((t) => el("div", { class: `turn ${t.role}` }, t.content)));
+  $("history").replaceChildren(...turns.map((t) => el("div", { class: `turn ${t.role}${t.stopped ? " stopped" : ""}` },
+    t.content, t.stopped ? el("span", { class: "mark", title: "Stop ended this answer early" }, "stopped") : null)));
 }
 
 function requestBody(text) {
@@ -295,7 +305,8 @@ async function send(event) {
   try {
     await stream(path, body, reply);
   } catch (error) {
-    if (!(error instanceof KeyRefused) && error.name !== "AbortError") {
+    if (error.name === "AbortError") reply.stopped = true; // Stop: the answer is cut short
+    else if (!(error instanceof KeyRefused)) {
       turns.push({ role: "error", content: String(error.message || error) });
     }
   } finally {
@@ -360,44 +371,82 @@ function setUpPlayground() {
 
 // --- live figures ---------------------------------------------------------------------------
 
-function chart(svg, values, format) {
-  const width = 300, height = 80, known = values.filter((v) => v !== null);
-  const top = Math.max(...known, 0) || 1;
-  const step = width / Math.max(values.length - 1, 1);
-  const points = values.map((v, i) => (v === null ? null : `${(i * step).toFixed(1)},${(height - 12 - (v / top) * (height - 20)).toFixed(1)}`));
-  const lines = [];
-  let run = [];
-  for (const point of [...points, null]) {
-    if (point) run.push(point);
-    else if (run.length) { lines.push(run); run = []; }
+// A chart of one figure over the window: a value axis (0, half, top) and a time axis (the
+// window's start, middle and now). Each bucket's value is drawn over the bucket's ten seconds,
+// filled down to 0, and buckets without data are left empty: a gap is a gap, and a lone bucket
+// is a narrow bar (not a dot that could be anywhere).
+const PLOT = { left: 34, right: 296, top: 16, bottom: 84 }; // in a viewBox of 300 × 100
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+function svgEl(tag, attrs, text) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function niceTop(value) {
+  if (!(value > 0)) return 1;
+  const power = 10 ** Math.floor(Math.log10(value));
+  return [1, 2, 5, 10].map((m) => m * power).find((m) => m >= value);
+}
+
+function clock(seconds) {
+  return new Date(seconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+function chart(svg, times, values, format, bucketSeconds = 10) {
+  const known = values.filter((v) => v !== null && v !== undefined);
+  const top = niceTop(Math.max(...known, 0));
+  const width = (PLOT.right - PLOT.left) / Math.max(values.length, 1);
+  const y = (v) => (PLOT.bottom - (v / top) * (PLOT.bottom - PLOT.top)).toFixed(1);
+  const runs = [];
+  let run = null;
+  values.forEach((v, i) => {
+    if (v === null || v === undefined) { run = null; return; }
+    if (!run) runs.push((run = []));
+    const x0 = PLOT.left + i * width;
+    run.push(`${x0.toFixed(1)},${y(v)}`, `${(x0 + width).toFixed(1)},${y(v)}`);
+  });
+  svg.replaceChildren(
+    svgEl("line", { class: "axis", x1: PLOT.left, y1: PLOT.top, x2: PLOT.left, y2: PLOT.bottom }),
+    svgEl("line", { class: "axis", x1: PLOT.left, y1: PLOT.bottom, x2: PLOT.right, y2: PLOT.bottom }),
+  );
+  for (const v of [0, top / 2, top]) {
+    svg.append(svgEl("line", { class: "grid", x1: PLOT.left, y1: y(v), x2: PLOT.right, y2: y(v) }));
+    svg.append(svgEl("text", { class: "tick-y", x: PLOT.left - 3, y: Number(y(v)) + 3, "text-anchor": "end" }, format(v)));
   }
-  svg.replaceChildren();
-  const ns = "http://www.w3.org/2000/svg";
-  for (const line of lines) {
-    const shape = document.createElementNS(ns, line.length > 1 ? "polyline" : "circle");
-    if (line.length > 1) shape.setAttribute("points", line.join(" "));
-    else { const [x, y] = line[0].split(","); shape.setAttribute("cx", x); shape.setAttribute("cy", y); shape.setAttribute("r", "1.8"); shape.setAttribute("fill", "#c0561b"); }
-    svg.append(shape);
+  if (times.length) {
+    const start = times[0], end = times[times.length - 1] + bucketSeconds;
+    const labels = [[PLOT.left, clock(start), "start"], [(PLOT.left + PLOT.right) / 2, clock((start + end) / 2), "middle"], [PLOT.right, "now", "end"]];
+    for (const [x, text, anchor] of labels) svg.append(svgEl("text", { class: "tick-x", x, y: PLOT.bottom + 12, "text-anchor": anchor }, text));
   }
-  const label = document.createElementNS(ns, "text");
-  label.setAttribute("x", "2");
-  label.setAttribute("y", "10");
-  label.textContent = known.length ? `max ${format(top)}, last ${format(known[known.length - 1])}` : "no data yet";
-  svg.append(label);
+  for (const points of runs) {
+    const first = points[0].split(",")[0], last = points[points.length - 1].split(",")[0];
+    const base = `${last},${PLOT.bottom} ${first},${PLOT.bottom}`;
+    svg.append(svgEl("polygon", { class: "area", points: `${points.join(" ")} ${base}` }));
+    svg.append(svgEl("polyline", { points: points.join(" ") }));
+  }
+  const summary = known.length ? `max ${format(Math.max(...known))}, last ${format(known[known.length - 1])}` : "no data yet";
+  svg.append(svgEl("text", { class: "summary", x: PLOT.right, y: 9, "text-anchor": "end" }, summary));
 }
 
 async function drawLive() {
   const history = await json("/v1/stats/history");
+  const times = history.buckets.map((b) => b.t);
   const series = (key) => history.buckets.map((b) => b[key]);
-  chart($("chart-ttft"), series("ttft_p50_s"), (v) => v.toFixed(2));
-  chart($("chart-rate"), series("tokens_per_s"), (v) => v.toFixed(1));
-  chart($("chart-queue"), series("queue_depth"), (v) => String(v));
-  chart($("chart-requests"), series("requests"), (v) => String(v));
+  const count = (v) => String(Math.round(v * 10) / 10);
+  const figure = (v) => v.toFixed(v >= 10 ? 0 : v >= 1 ? 1 : 2);
+  chart($("chart-ttft"), times, series("ttft_p50_s"), figure, history.bucket_s);
+  chart($("chart-rate"), times, series("tokens_per_s"), figure, history.bucket_s);
+  chart($("chart-queue"), times, series("queue_depth"), count, history.bucket_s);
+  chart($("chart-requests"), times, series("requests"), count, history.bucket_s);
 }
 
 // --- start ----------------------------------------------------------------------------------
 
 async function refreshAll() {
+  refreshReadiness().catch((e) => console.warn("zest page:", e));
   try {
     fillTasks(await json("/v1/models"));
     await refreshStatus();
@@ -418,6 +467,7 @@ document.addEventListener("DOMContentLoaded", () => {
   setUpPlayground();
   $("explain-form").addEventListener("submit", (e) => { e.preventDefault(); explainAll(); });
   refreshAll();
+  every(2000, refreshReadiness);
   every(2000, refreshStatus);
   every(5000, async () => { if (!$("live").hidden) await drawLive(); });
   every(5000, async () => { if (!$("routes").hidden) await explainAll(); });
