@@ -8,7 +8,10 @@ One case per line:
 
 `messages` goes to /v1/chat/completions, `prompt` to /v1/completions, `input` to
 /v1/tasks/{task}. A check is a string (found anywhere in the answer, ignoring case) or
-{"regex": "..."} (re.search, as written: add (?i) to ignore case).
+{"regex": "..."} (re.search, as written: add (?i) to ignore case). Two more catch an answer that
+copies its text instead of summing it up: `max_copied` (the most of the answer's word 8-grams
+that may be found in the text it was given: the input, the prompt or the last user message) and
+`max_length_ratio` (the answer's words over the text's).
 """
 
 from __future__ import annotations
@@ -30,15 +33,44 @@ __all__ = [
     "Check",
     "EvalFileError",
     "answer_text",
+    "copied_share",
     "format_result",
     "format_summary",
     "gateway_problems",
+    "length_ratio",
     "parse_cases",
     "read_cases",
     "request_for",
 ]
 
 _ANSWER_SHOWN = 200  # characters of a failing answer shown
+# Eight words in a row, the same as in the text, are a copied phrase, not a shared term or name
+# (a summary may repeat "the city council voted on Monday", six words, but seldom eight).
+COPY_NGRAM = 8
+_WORD = re.compile(r"\w+(?:['\u2019]\w+)*")
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.casefold())
+
+
+def copied_share(answer: str, text: str, n: int = COPY_NGRAM) -> float:
+    """The share of the answer's word n-grams that are in `text` (0 for an answer shorter
+    than n words: it has none to copy)."""
+    said = _ngrams(words(answer), n)
+    if not said:
+        return 0.0
+    given = set(_ngrams(words(text), n))
+    return sum(gram in given for gram in said) / len(said)
+
+
+def length_ratio(answer: str, text: str) -> float:
+    """The answer's words over the text's."""
+    return len(words(answer)) / max(len(words(text)), 1)
+
+
+def _ngrams(tokens: list[str], n: int) -> list[tuple[str, ...]]:
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
 
 
 @dataclass(frozen=True)
@@ -77,6 +109,8 @@ class Case(BaseModel):
     input: str | None = None
     must_include: tuple[Check, ...] = ()
     must_not_include: tuple[Check, ...] = ()
+    max_copied: float | None = Field(default=None, ge=0.0, le=1.0)
+    max_length_ratio: float | None = Field(default=None, gt=0.0)
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)  # 0: greedy, the same every run
 
@@ -93,9 +127,33 @@ class Case(BaseModel):
         if len(given) != 1:
             found = f"got {' and '.join(given)}" if given else "got none"
             raise ValueError(f"give exactly one of messages, prompt or input ({found})")
-        if not self.must_include and not self.must_not_include:
-            raise ValueError("give must_include or must_not_include: a case without checks")
+        copying = (self.max_copied, self.max_length_ratio)
+        if not self.must_include and not self.must_not_include and copying == (None, None):
+            raise ValueError(
+                "give must_include, must_not_include, max_copied or max_length_ratio: a case "
+                "without checks"
+            )
         return self
+
+    @property
+    def text(self) -> str:
+        """What the answer is about: the input, the prompt, or the last user message."""
+        if self.input is not None or self.prompt is not None:
+            return self.input or self.prompt or ""
+        users = [m.content for m in self.messages or () if m.role == "user"]
+        content = users[-1] if users else ""
+        if isinstance(content, str):
+            return content
+        return " ".join(str(part.get("text") or "") for part in content)
+
+    def measures(self, answer: str) -> dict[str, float]:
+        """The copying measures this case checks (copied share, length ratio), rounded."""
+        measured = {}
+        if self.max_copied is not None:
+            measured["copied"] = round(copied_share(answer, self.text), 3)
+        if self.max_length_ratio is not None:
+            measured["length_ratio"] = round(length_ratio(answer, self.text), 3)
+        return measured
 
     def checks(self, answer: str) -> list[str]:
         """The failed checks, each said in words; empty when the answer passes."""
@@ -105,7 +163,21 @@ class Case(BaseModel):
         found = [
             f"must_not_include {c}: found" for c in self.must_not_include if c.found_in(answer)
         ]
-        return missing + found
+        return missing + found + self._copying(answer)
+
+    def _copying(self, answer: str) -> list[str]:
+        measured, failed = self.measures(answer), []
+        if self.max_copied is not None and measured["copied"] > self.max_copied:
+            failed.append(
+                f"max_copied {self.max_copied}: {measured['copied']:.2f} of the answer's "
+                f"{COPY_NGRAM}-word phrases are copied from the text"
+            )
+        if self.max_length_ratio is not None and measured["length_ratio"] > self.max_length_ratio:
+            failed.append(
+                f"max_length_ratio {self.max_length_ratio}: the answer is "
+                f"{measured['length_ratio']:.2f} of the text's length in words"
+            )
+        return failed
 
 
 def _check(item: Any, index: int) -> Check:
@@ -238,6 +310,10 @@ class CaseResult:
     route: str | None = None  # x-zest-route: what served the answer
 
     @property
+    def measures(self) -> dict[str, float]:
+        return {} if self.answer is None else self.case.measures(self.answer)
+
+    @property
     def passed(self) -> bool:
         return not self.failures
 
@@ -251,13 +327,14 @@ class CaseResult:
             "failures": self.failures,
             "answer": self.answer,
             "route": self.route,
+            **({"measures": self.measures} if self.measures else {}),
         }
 
 
 def format_result(result: CaseResult) -> str:
     """PASS/FAIL, name and latency; for a failure, what failed and the (shortened) answer."""
     verdict = "PASS" if result.passed else "FAIL"
-    served = _served_by(result.route)
+    served = _served_by(result.route) + _measured(result.measures)
     lines = [f"{verdict}  {result.case.name}  ({result.latency_s:.2f}s{served})"]
     lines += [f"      {failure}" for failure in result.failures]
     if result.failures and result.answer is not None:
@@ -271,6 +348,16 @@ def _served_by(route: str | None) -> str:
     if "model" not in fields or "device" not in fields:
         return ""
     return f", {fields['model']} on {fields['device']}"
+
+
+def _measured(measures: dict[str, float]) -> str:
+    """'; copied 0.12, length 0.31 of the text' for a case that checks copying."""
+    said = []
+    if "copied" in measures:
+        said.append(f"copied {measures['copied']:.2f}")
+    if "length_ratio" in measures:
+        said.append(f"length {measures['length_ratio']:.2f} of the text")
+    return f"; {', '.join(said)}" if said else ""
 
 
 def _shorten(answer: str) -> str:

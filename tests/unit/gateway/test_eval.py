@@ -12,8 +12,10 @@ from zest.gateway.cli._eval_cases import (
     Case,
     CaseResult,
     answer_text,
+    copied_share,
     format_result,
     gateway_problems,
+    length_ratio,
     parse_cases,
     request_for,
 )
@@ -65,8 +67,8 @@ def test_every_bad_line_is_reported_with_its_number() -> None:
         "set.jsonl:2: not valid JSON: Expecting value (column 1)",
         "set.jsonl:3: write one JSON object per line, got list",
         "set.jsonl:4: unknown field 'must_includes': did you mean 'must_include'? (allowed: "
-        "input, max_tokens, messages, model, must_include, must_not_include, name, prompt, "
-        "task, temperature)",
+        "input, max_copied, max_length_ratio, max_tokens, messages, model, must_include, "
+        "must_not_include, name, prompt, task, temperature)",
         "set.jsonl:5: messages.0.role: Input should be 'system', 'developer', 'user' or "
         "'assistant'",
         "set.jsonl:6: max_tokens: Input should be greater than or equal to 1",
@@ -86,7 +88,8 @@ def test_every_bad_line_is_reported_with_its_number() -> None:
         ),
         (
             {"must_include": []},
-            "give must_include or must_not_include: a case without checks",
+            "give must_include, must_not_include, max_copied or max_length_ratio: a case "
+            "without checks",
         ),
         (
             {"must_include": "Paris"},
@@ -124,6 +127,51 @@ def test_substrings_ignore_case_and_regexes_are_as_written() -> None:
     assert case.checks("It is PARIS, Paris.") == []
     assert case.checks("It is PARIS.") == ["must_include regex '\\\\bParis\\\\b': not found"]
     assert case.checks("Paris, not london") == ["must_not_include 'London': found"]
+
+
+TEXT = (
+    "The city council voted on Monday to close the old bridge for repairs. Traffic will be "
+    "sent over the new ring road for six months, and buses will run every ten minutes."
+)
+
+
+def test_copied_share_counts_the_answer_s_8_word_phrases_found_in_the_text() -> None:
+    copied = "The council will close the old bridge for repairs. Traffic will be sent elsewhere."
+    # 14 words: 7 eight-word phrases; "close the old bridge for repairs traffic will" and the
+    # two after it are the text's (punctuation and case aside).
+    assert copied_share(copied, TEXT) == 3 / 7
+    assert copied_share(TEXT, TEXT) == 1.0
+    assert copied_share("The bridge closes for six months.", TEXT) == 0.0  # under 8 words
+    assert length_ratio("The bridge closes for six months.", TEXT) == 6 / 32
+
+
+def test_copying_checks_name_the_measure_and_the_limit() -> None:
+    case = parse_cases(
+        jsonl({"task": "summarization", "input": TEXT, "max_copied": 0.3, "max_length_ratio": 0.5}),
+        "set.jsonl",
+    )[0]
+    assert case.checks("The old bridge closes for repairs; buses fill the gap.") == []
+    assert case.checks(TEXT) == [
+        "max_copied 0.3: 1.00 of the answer's 8-word phrases are copied from the text",
+        "max_length_ratio 0.5: the answer is 1.00 of the text's length in words",
+    ]
+    result = CaseResult(case, 1.5, TEXT, case.checks(TEXT), "task=s; model=smollm2; device=cpu")
+    assert format_result(result).splitlines()[0] == (
+        "FAIL  line 1  (1.50s, smollm2 on cpu; copied 1.00, length 1.00 of the text)"
+    )
+    assert result.as_json()["measures"] == {"copied": 1.0, "length_ratio": 1.0}
+
+
+def test_the_text_of_a_chat_case_is_its_last_user_message() -> None:
+    messages = [
+        {"role": "system", "content": "Summarize."},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [{"type": "text", "text": TEXT}]},
+    ]
+    case = one_case(messages=messages, must_include=[], max_copied=0.2)
+    assert case.text == TEXT
+    assert case.measures(TEXT) == {"copied": 1.0}
 
 
 def test_requests_follow_the_input_kind() -> None:
