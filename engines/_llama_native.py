@@ -23,14 +23,86 @@ from zest.engines._output import SequenceOutput
 from zest.errors import EngineError
 
 __all__ = [
+    "INTERNALS_USED",
     "ContextSettings",
     "GrammarCheckedSampler",
     "NativeContext",
+    "load_internals",
     "make_sampler",
+    "new_model",
     "token_piece",
 ]
 
 _PENALTY_LAST_N = 64
+
+# What zest uses of llama_cpp._internals, a private module that changes without notice: each
+# class, its attributes, and the parameters its methods are called with (by name for
+# constructors, else the leading positional ones). This module is the only one that touches it;
+# tests/unit/engines/test_llama_internals.py checks the installed llama-cpp-python against
+# this table, so an upgrade that renames or reshapes any of it fails there, by name.
+INTERNALS_USED: dict[str, dict[str, tuple[str, ...]]] = {
+    "LlamaModel": {
+        "__init__": ("path_model", "params", "verbose"),
+        "model": (),
+        "vocab": (),
+        "n_vocab": (),
+        "n_ctx_train": (),
+        "add_bos_token": (),
+        "token_eos": (),
+        "token_bos": (),
+        "metadata": (),
+        "tokenize": ("text", "add_bos", "special"),
+        "close": (),
+    },
+    "LlamaContext": {
+        "__init__": ("model", "params", "verbose"),
+        "ctx": (),
+        "memory": (),
+        "close": (),
+    },
+    "LlamaBatch": {
+        "__init__": ("n_tokens", "embd", "n_seq_max", "verbose"),
+        "batch": (),
+        "close": (),
+    },
+    "LlamaSampler": {
+        "__init__": (),
+        "add_logit_bias": ("n_vocab", "logit_bias"),
+        "add_penalties": (
+            "n_vocab",
+            "penalty_last_n",
+            "penalty_repeat",
+            "penalty_freq",
+            "penalty_present",
+        ),
+        "add_greedy": (),
+        "add_top_k": ("k",),
+        "add_top_p": ("p", "min_keep"),
+        "add_min_p": ("p", "min_keep"),
+        "add_temp": ("temp",),
+        "add_dist": ("seed",),
+        "sample": ("ctx", "idx"),
+        "close": (),
+    },
+}
+
+
+def load_internals() -> Any:
+    """llama_cpp._internals (ImportError when llama-cpp-python is not installed): imported
+    here alone, see INTERNALS_USED."""
+    from llama_cpp import _internals
+
+    return _internals
+
+
+def new_model(internals: Any, path: str, params: Any) -> Any:
+    """A llama_model from the GGUF at `path` (ValueError or RuntimeError when llama.cpp
+    cannot load it)."""
+    # verbose=True: llama-cpp-python would otherwise swap fds 1 and 2 for /dev/null around
+    # the load, which is not thread-safe: a tokenizer and an engine loading at once could
+    # leave the process's stdout and stderr on /dev/null for good. llama.cpp's own lines
+    # come through route_llama_log either way.
+    return internals.LlamaModel(path_model=path, params=params, verbose=True)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,14 @@ from zest.engines._gguf import GgufError, GgufFacts, read_gguf_facts
 from zest.engines._llama_batch import BatchScheduler
 from zest.engines._llama_grammar import new_grammar_sampler, with_checked_grammar
 from zest.engines._llama_log import route_llama_log
-from zest.engines._llama_native import ContextSettings, NativeContext, make_sampler, token_piece
+from zest.engines._llama_native import (
+    ContextSettings,
+    NativeContext,
+    load_internals,
+    make_sampler,
+    new_model,
+    token_piece,
+)
 from zest.engines._llama_pipeline import HybridPipeline
 from zest.engines._output import SequenceOutput
 from zest.engines._prefix_cache import PrefixCache
@@ -49,13 +56,14 @@ _INSTALL = "make serve (or: scripts/install-llama-cpp.sh .venv/bin/python)"
 def _import_llama_cpp() -> tuple[Any, Any]:
     try:
         import llama_cpp
-        from llama_cpp import _internals
+
+        internals = load_internals()
     except ImportError as exc:
         raise ServiceUnavailableError(
             f"llama-cpp-python is not installed: run {_INSTALL}", code="engine_not_installed"
         ) from exc
     _init_backend(llama_cpp)
-    return llama_cpp, _internals
+    return llama_cpp, internals
 
 
 @functools.cache
@@ -185,11 +193,7 @@ def threads_on(device: Device, config: LlamaCppModel) -> int:
 
 def _load_model(internals: Any, model_id: str, path: Path, params: Any) -> Any:
     try:
-        # verbose=True: llama-cpp-python would otherwise swap fds 1 and 2 for /dev/null around
-        # the load, which is not thread-safe: a tokenizer and an engine loading at once could
-        # leave the process's stdout and stderr on /dev/null for good. llama.cpp's own lines
-        # come through route_llama_log either way.
-        return internals.LlamaModel(path_model=str(path), params=params, verbose=True)
+        return new_model(internals, str(path), params)
     except (ValueError, RuntimeError) as exc:
         raise EngineError(f"model {model_id!r}: llama.cpp could not load {path}: {exc}") from exc
 
