@@ -24,8 +24,8 @@ from pathlib import Path
 
 import httpx
 
+from zest.bench._spawn import spawn, stop, zest_command
 from zest.errors import CommandError
-from zest.gateway.cli._spawn import spawn, stop, zest_command
 
 __all__ = [
     "HAPROXY_CONFIG",

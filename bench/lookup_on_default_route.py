@@ -18,9 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from zest.gateway.cli._bench_phases import speculation
-from zest.gateway.cli._bench_servers import free_port, zest_server
-from zest.gateway.cli._spawn import serving
+from zest.bench._phases import speculation
+from zest.bench._servers import free_port, zest_server
+from zest.bench._spawn import serving
 
 REPO = Path(__file__).resolve().parents[1]
 ROUTES = ("summarization", "summarization-lookup")

@@ -58,8 +58,8 @@ from _soak.tally import (
     tally_minute,
 )
 
+from zest.bench._spawn import stop
 from zest.errors import CommandError
-from zest.gateway.cli._spawn import stop
 
 _IDLE_S = 30.0  # after the last request, how long zest may take to settle (engines idle)
 

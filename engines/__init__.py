@@ -30,13 +30,13 @@ from zest.engines._base import (
     engine_kind,
     register_engine,
 )
-from zest.engines._baseline import RawChat, raw_llama_cpp
-from zest.engines._ceiling import Ceiling, measure_ceiling
 from zest.engines._compute import compute_bound, compute_executor, on_compute_thread
 from zest.engines._devices import Inventory, detect_inventory, parse_emulation
 from zest.engines._digests import DigestCache, ModelDigest, model_location, verify_model
 from zest.engines._gguf import GgufError, check_gguf_tensors
 from zest.engines._llama_embed import LlamaCppEmbedder
+from zest.engines._llama_log import route_llama_log
+from zest.engines._llama_native import ContextSettings, NativeContext
 from zest.engines._llamacpp import LlamaCppEngine, LlamaCppTokenizer, inspect_llamacpp
 from zest.engines._onnx_genai import OnnxGenaiEngine, OnnxGenaiTokenizer, inspect_onnx_genai
 from zest.engines._pool import (
@@ -64,8 +64,8 @@ from zest.router import (
 )
 
 __all__ = [
-    "Ceiling",
     "ChoiceGroup",
+    "ContextSettings",
     "Delta",
     "DigestCache",
     "EmbeddingInput",
@@ -83,8 +83,8 @@ __all__ = [
     "ModelDigest",
     "ModelFacts",
     "ModelPolicy",
+    "NativeContext",
     "Prompt",
-    "RawChat",
     "RemoteEngine",
     "StageStats",
     "StopMatcher",
@@ -100,12 +100,11 @@ __all__ = [
     "hf_hub_cache_dir",
     "inspect_model",
     "load_tokenizer",
-    "measure_ceiling",
     "model_location",
     "on_compute_thread",
     "parse_emulation",
-    "raw_llama_cpp",
     "resolve_source",
+    "route_llama_log",
     "verify_model",
     "zest_cache_dir",
 ]

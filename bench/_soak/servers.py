@@ -10,8 +10,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from zest.bench._spawn import spawn, zest_command
 from zest.engines import resolve_source
-from zest.gateway.cli._spawn import spawn, zest_command
 
 __all__ = [
     "LOCAL_MAX_TOKENS",

@@ -17,8 +17,8 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
+from zest.bench._spawn import spawn, stop
 from zest.errors import CommandError
-from zest.gateway.cli._spawn import spawn, stop
 
 REPO = Path(__file__).resolve().parents[2]
 ZEST = Path(sys.executable).with_name("zest")

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.conftest import REPO, ZEST, free_port, run_zest
-from zest.gateway.cli._spawn import serving, zest_command
+from zest.bench._spawn import serving, zest_command
 
 ZEST_BIN = str(ZEST)
 

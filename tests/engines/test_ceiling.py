@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zest.engines import measure_ceiling, resolve_source
+from zest.bench._ceiling import measure_ceiling
+from zest.engines import resolve_source
 
 
 def test_the_ceiling_times_each_step_and_prompt_size_asked_for() -> None:

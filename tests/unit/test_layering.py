@@ -10,7 +10,9 @@ TYPE_CHECKING ones included: a deferred import is still a dependency.
   may copy zest/affinity.py alone);
 - a private module (a name with a leading underscore) is imported only from inside the
   package that holds it; another unit goes through that package's `__init__`;
-- the units' import graph has no cycle.
+- the units' import graph has no cycle;
+- zest.bench (bench/, the harness of `zest bench`) is out of the serving path: nothing imports
+  it but itself and the `zest bench` command, which imports it only when it runs.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("gateway", "router", "engines", "policies")  # zest/<folder> links to them
+FOLDERS = ("gateway", "router", "engines", "policies", "bench")  # zest/<folder> links to them
 PURE = ("zest.router", "zest.policies")
 LEAVES = ("zest.errors", "zest.affinity")
 FORBIDDEN_TO_PURE = ("zest.engines", "zest.gateway")
+BENCH = "zest.bench"
+BENCH_COMMAND = "zest.gateway.cli._bench_command"  # `zest bench`: its one way in
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ def test_the_sources_are_found() -> None:
         "zest.gateway.http",
         "zest.gateway.serving",
         "zest.gateway.cli",
+        "zest.bench",
     } <= units
     assert len(imports()) > 50
 
@@ -145,9 +150,38 @@ def test_no_module_imports_a_private_module_of_another_package() -> None:
     bad = []
     for found in imports():
         owner = private_owner(found.target)
-        if owner is not None and unit(found.importer) != owner:
+        # Inside the owner, a private subpackage's modules count too (zest.bench._soak).
+        inside = unit(found.importer) == owner or private_owner(found.importer) == owner
+        if owner is not None and not inside:
             bad.append(found.where())
     assert bad == []
+
+
+def _is_bench(module: str) -> bool:
+    return module == BENCH or module.startswith(BENCH + ".")
+
+
+def test_nothing_but_the_bench_command_imports_the_bench() -> None:
+    bad = [
+        i.where()
+        for i in imports()
+        if _is_bench(i.target) and not _is_bench(i.importer) and i.importer != BENCH_COMMAND
+    ]
+    assert bad == []
+
+
+def test_the_bench_command_imports_the_bench_only_when_it_runs() -> None:
+    """A module-level import would load the harness (and the engines) with every command."""
+    tree = ast.parse(_sources()[BENCH_COMMAND].read_text(encoding="utf-8"))
+    eager = [
+        target
+        for node in tree.body
+        for target in _targets(BENCH_COMMAND, node)
+        if _is_bench(target)
+    ]
+    lazy = [target for node in ast.walk(tree) for target in _targets(BENCH_COMMAND, node)]
+    assert eager == []
+    assert BENCH in lazy
 
 
 def _unit_graph() -> dict[str, set[str]]:

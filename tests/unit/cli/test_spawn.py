@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from zest.bench._spawn import serving, zest_command
 from zest.errors import CommandError
-from zest.gateway.cli._spawn import serving, zest_command
 
 
 def free_port() -> int:

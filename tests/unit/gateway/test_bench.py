@@ -9,25 +9,25 @@ from pathlib import Path
 import httpx
 import pytest
 
-from zest.engines._ceiling import Ceiling
-from zest.errors import CommandError
-from zest.gateway.cli._bench_phases import _drift, _per_minute
-from zest.gateway.cli._bench_report import format_report, targets
-from zest.gateway.cli._bench_routing import (
+from zest.bench._ceiling import Ceiling
+from zest.bench._phases import _drift, _per_minute
+from zest.bench._report import format_report, targets
+from zest.bench._routing import (
     MESSAGE,
     METADATA,
     PHRASES,
     deterministic_rules,
 )
-from zest.gateway.cli._bench_routing import _routes_file as _routing_routes
-from zest.gateway.cli._bench_servers import find_llama_server, peers
-from zest.gateway.cli._bench_servers import routes_file as _routes_file
-from zest.gateway.cli._bench_workload import PREFILL as _PREFILL
-from zest.gateway.cli._bench_workload import Level, Sample, percentile
-from zest.gateway.cli._bench_workload import question as _question
-from zest.gateway.cli._bench_workload import stream as _stream
-from zest.gateway.cli._bench_workload import summary as _summary
-from zest.gateway.cli._main import _bench_phases
+from zest.bench._routing import _routes_file as _routing_routes
+from zest.bench._servers import find_llama_server, peers
+from zest.bench._servers import routes_file as _routes_file
+from zest.bench._workload import PREFILL as _PREFILL
+from zest.bench._workload import Level, Sample, percentile
+from zest.bench._workload import question as _question
+from zest.bench._workload import stream as _stream
+from zest.bench._workload import summary as _summary
+from zest.errors import CommandError
+from zest.gateway.cli._bench_command import _bench_phases
 from zest.router import Decision, LlamaCppModel, RouteInput, decide, load_routes
 
 

@@ -17,18 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zest.gateway.cli import _bench_phases as _phases
-from zest.gateway.cli._bench_compare import PROMPT_TOKENS, ceiling, compare_servers
-from zest.gateway.cli._bench_report import format_report, plot
-from zest.gateway.cli._bench_routing import routing
-from zest.gateway.cli._bench_servers import (
+from zest.bench import _phases
+from zest.bench._compare import PROMPT_TOKENS, ceiling, compare_servers
+from zest.bench._report import format_report, plot
+from zest.bench._routing import routing
+from zest.bench._servers import (
     find_llama_server,
     free_port,
     peers,
     routes_file,
     zest_server,
 )
-from zest.gateway.cli._spawn import serving
+from zest.bench._spawn import serving
 
 __all__ = ["DEFAULT_PHASES", "PHASES", "BenchOptions", "format_report", "run_bench"]
 

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zest.gateway.cli._bench_compare import row
-from zest.gateway.cli._bench_routing import TARGET_P50_MS
-from zest.gateway.cli._bench_workload import Level
+from zest.bench._compare import row
+from zest.bench._routing import TARGET_P50_MS
+from zest.bench._workload import Level
 
 __all__ = ["format_report", "plot", "targets"]
 

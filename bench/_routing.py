@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zest.gateway.cli._bench_workload import percentile, question
+from zest.bench._workload import percentile, question
 
 __all__ = ["TARGET_P50_MS", "deterministic_rules", "routing"]
 

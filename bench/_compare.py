@@ -14,10 +14,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from zest.engines import Ceiling, RawChat, compute_bound, measure_ceiling, raw_llama_cpp
-from zest.gateway.cli._bench_servers import Server
-from zest.gateway.cli._bench_workload import Level, Sample, level, question, summary
-from zest.gateway.cli._spawn import serving
+from zest.bench._baseline import RawChat, raw_llama_cpp
+from zest.bench._ceiling import Ceiling, measure_ceiling
+from zest.bench._servers import Server
+from zest.bench._spawn import serving
+from zest.bench._workload import Level, Sample, level, question, summary
+from zest.engines import compute_bound
 
 __all__ = ["PROMPT_TOKENS", "ceiling", "compare_servers", "row"]
 

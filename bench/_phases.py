@@ -13,15 +13,15 @@ from typing import Any
 
 import httpx
 
-from zest.gateway.cli._bench_servers import Server, free_port, zest_server
-from zest.gateway.cli._bench_workload import (
+from zest.bench._servers import Server, free_port, zest_server
+from zest.bench._spawn import serving
+from zest.bench._workload import (
     Sample,
     chat_body,
     percentile,
     question,
     stream,
 )
-from zest.gateway.cli._spawn import serving
 
 __all__ = [
     "cold_start",

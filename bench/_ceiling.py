@@ -12,8 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from zest.engines._llama_log import route_llama_log
-from zest.engines._llama_native import ContextSettings, NativeContext
+from zest.engines import ContextSettings, NativeContext, route_llama_log
 
 __all__ = ["Ceiling", "measure_ceiling"]
 

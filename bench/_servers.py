@@ -60,7 +60,7 @@ def routes_file(model: Path, threads: int, folder: Path, *, context: int = CONTE
 
 
 def zest_server(routes: Path, port: int) -> Server:
-    from zest.gateway.cli._spawn import zest_command
+    from zest.bench._spawn import zest_command
 
     root = f"http://127.0.0.1:{port}"
     command = zest_command(
