@@ -56,15 +56,10 @@ from zest.errors import (
 )
 from zest.router import Placement, RemoteModel, kind_of
 
-__all__ = ["RemoteEngine", "privacy_is_strict", "retry_delay", "translate_status"]
+__all__ = ["RemoteEngine", "retry_delay", "translate_status"]
 
 log = logging.getLogger("zest.engines")
 _CONTEXT_HINTS = ("context length", "context window", "context_length", "maximum context")
-
-
-def privacy_is_strict() -> bool:
-    """ZEST_PRIVACY=strict, read here too so that the engine refuses on its own authority."""
-    return os.environ.get("ZEST_PRIVACY", "").strip().lower() == "strict"
 
 
 class RemoteEngine(Engine):
@@ -79,10 +74,14 @@ class RemoteEngine(Engine):
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        strict_privacy: bool = False,
     ) -> None:
         """`transport`: httpx's (tests pass httpx.MockTransport: every fault without an
-        upstream); `sleep`: how a retry waits (tests pass a fake clock's)."""
+        upstream); `sleep`: how a retry waits (tests pass a fake clock's); `strict_privacy`:
+        refuse to load or run (the Runtime arms it from Settings.privacy, ZEST_PRIVACY)."""
         self.model_id, self.config, self.placement = model_id, config, placement
+        # The engine refuses on its own authority too, not only through the planner.
+        self.strict_privacy = strict_privacy
         self._client: httpx.AsyncClient | None = None
         self._headers: dict[str, str] = {}
         self._transport, self._sleep = transport, sleep
@@ -170,7 +169,7 @@ class RemoteEngine(Engine):
             await response.aclose()
 
     def _refuse_if_strict(self) -> None:
-        if privacy_is_strict():
+        if self.strict_privacy:
             raise PrivacyError(
                 f"model {self.model_id!r} is remote and ZEST_PRIVACY=strict: no remote engine "
                 "may be reached"

@@ -22,6 +22,7 @@ from zest.engines import (
     ModelDigest,
     ModelPolicy,
     Prompt,
+    RemoteEngine,
     Tokenizer,
     check_model_files,
     create_engine,
@@ -395,7 +396,10 @@ class Runtime:
             log.error("background task failed", exc_info=task.exception())
 
     def _create_engine(self, spec: EngineSpec) -> Engine:
-        return create_engine(spec.model_id, spec.config, spec.base_dir, spec.placement)
+        engine = create_engine(spec.model_id, spec.config, spec.base_dir, spec.placement)
+        if isinstance(engine, RemoteEngine):  # Settings.privacy arms the engine's own refusal
+            engine.strict_privacy = self.strict_privacy
+        return engine
 
     def _current_spec(self, model_id: str) -> EngineSpec | None:
         """A model's definition in the table now in force (placement does not matter here)."""

@@ -142,17 +142,19 @@ def test_a_local_only_job_never_leaves_the_machine(proxy: Proxy) -> None:
     assert proxy.requests == []
 
 
-def test_strict_privacy_refuses_to_load_or_to_run(
-    proxy: Proxy, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_strict_privacy_refuses_to_load_or_to_run(proxy: Proxy) -> None:
+    """Armed by the runtime from Settings.privacy (tests/unit/gateway/test_strict_privacy.py),
+    checked at load and again on every job."""
     loaded = engine(proxy.v1)
     loaded.load()
-    monkeypatch.setenv("ZEST_PRIVACY", "strict")
+    strict = engine(proxy.v1)
+    strict.strict_privacy = True
     with pytest.raises(PrivacyError) as info:
-        engine(proxy.v1).load()
+        strict.load()
     assert info.value.message == (
         "model 'up' is remote and ZEST_PRIVACY=strict: no remote engine may be reached"
     )
+    loaded.strict_privacy = True
     assert isinstance(failure(loaded, job()), PrivacyError)
     assert proxy.requests == []
 
