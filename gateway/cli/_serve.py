@@ -22,8 +22,7 @@ import uvicorn
 
 from zest.errors import CommandError
 from zest.gateway.cli._init import ROUTES_HELP, routes_file
-from zest.gateway.cli._settings import preflight_or_raise, settings_from
-from zest.router import load_routes
+from zest.gateway.cli._settings import checked_or_raise, settings_from
 
 if TYPE_CHECKING:
     from zest.gateway.serving import Runtime
@@ -75,8 +74,9 @@ def _serve(args: argparse.Namespace) -> int:
     log.info(HostRule.from_settings(settings).describe())  # a bad ZEST_ALLOWED_HOSTS fails here
     if warning := exposure_warning(settings.host, settings.port, policy):
         log.warning(warning)
-    routes = load_routes(routes_file(settings.routes))
-    for warning in preflight_or_raise(routes, settings).warnings:  # refused: never starts
+    # Every problem of the file and its model files at once, as zest check lists them.
+    routes, checked = checked_or_raise(routes_file(settings.routes), settings)
+    for warning in checked.warnings:  # refused: never starts
         log.warning("%s", warning)
     runtime = Runtime(
         routes,

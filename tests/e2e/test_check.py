@@ -111,6 +111,9 @@ def test_three_typos_in_three_places_take_one_run(tmp_path: Path) -> None:
         f"{path}: models.notes.source: model file not found: {tmp_path}/notes.gguff: copy the "
         "model there or fix the source path",
     ]
+    served = zest("serve", "--routes", str(path), "--port", str(free_port()))
+    assert served.returncode == 1
+    assert served.stderr.strip().splitlines()[-3:] == checked.stderr.splitlines()
 
 
 def test_a_fifo_as_the_model_source_is_refused_at_once(tmp_path: Path) -> None:
