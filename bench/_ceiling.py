@@ -12,7 +12,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from zest.engines import ContextSettings, NativeContext, route_llama_log
+from zest.engines import (
+    ContextSettings,
+    NativeContext,
+    load_internals,
+    new_model,
+    route_llama_log,
+)
 
 __all__ = ["Ceiling", "measure_ceiling"]
 
@@ -61,14 +67,12 @@ def measure_ceiling(
     """Step times on `model` with zest's default context settings (flash attention, f16 KV,
     batches of 512, a unified KV cache of 4,096 cells)."""
     import llama_cpp
-    from llama_cpp import _internals
 
+    internals = load_internals()  # llama_cpp._internals, imported by engines alone
     route_llama_log(llama_cpp)  # llama.cpp's lines go to logging, not over the bench's output
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = 0
-    # verbose=True, as the engine loads: llama.cpp logs through route_llama_log, and
-    # verbose=False would swap the process's fds 1 and 2 for /dev/null around the load.
-    weights = _internals.LlamaModel(path_model=str(model), params=params, verbose=True)
+    weights = new_model(internals, str(model), params)  # as the engine loads it
     settings = ContextSettings(
         n_ctx=4096,
         n_batch=512,
@@ -78,7 +82,7 @@ def measure_ceiling(
         flash_attn=True,
         kv_type=_F16,
     )
-    ctx = NativeContext(llama_cpp, _internals, weights, settings)
+    ctx = NativeContext(llama_cpp, internals, weights, settings)
     try:
         count = max(*prompt_sizes, _HISTORY + steps + 1)  # the steps run past the history
         tokens = _ordinary_tokens(int(weights.n_vocab()), count)
@@ -86,7 +90,7 @@ def measure_ceiling(
         decode = {k: _step_ms(ctx, tokens, k, steps) for k in streams}
     finally:
         ctx.close()
-        weights.close()  # type: ignore[no-untyped-call]
+        weights.close()
     return Ceiling(decode, prefill)
 
 

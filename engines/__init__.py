@@ -36,7 +36,12 @@ from zest.engines._digests import DigestCache, ModelDigest, model_location, veri
 from zest.engines._gguf import GgufError, check_gguf_tensors
 from zest.engines._llama_embed import LlamaCppEmbedder
 from zest.engines._llama_log import route_llama_log
-from zest.engines._llama_native import ContextSettings, NativeContext
+from zest.engines._llama_native import (
+    ContextSettings,
+    NativeContext,
+    load_internals,
+    new_model,
+)
 from zest.engines._llamacpp import LlamaCppEngine, LlamaCppTokenizer, inspect_llamacpp
 from zest.engines._onnx_genai import OnnxGenaiEngine, OnnxGenaiTokenizer, inspect_onnx_genai
 from zest.engines._pool import (
@@ -99,8 +104,10 @@ __all__ = [
     "engine_kind",
     "hf_hub_cache_dir",
     "inspect_model",
+    "load_internals",
     "load_tokenizer",
     "model_location",
+    "new_model",
     "on_compute_thread",
     "parse_emulation",
     "resolve_source",
