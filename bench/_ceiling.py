@@ -68,7 +68,7 @@ def measure_ceiling(
     batches of 512, a unified KV cache of 4,096 cells)."""
     import llama_cpp
 
-    internals = load_internals()  # llama_cpp._internals, imported by engines alone
+    internals = load_internals()  # llama-cpp-python's private module, imported by engines alone
     route_llama_log(llama_cpp)  # llama.cpp's lines go to logging, not over the bench's output
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = 0
