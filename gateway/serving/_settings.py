@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveInt, SecretStr
+from pydantic import Field, PositiveInt, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -42,6 +42,13 @@ class Settings(BaseSettings):
     # takes only loopback names, so that a page that rebinds its DNS name to 127.0.0.1 gets
     # nothing; `*`: any (behind a proxy that sends its own name).
     allowed_hosts: str = ""
+
+    @field_validator("routes", "api_keys_file", mode="before")
+    @classmethod
+    def _blank_is_not_given(cls, value: object) -> object:
+        """ZEST_ROUTES= (set but empty) means not given, as `zest models list` reads it; as a
+        path it would be the current folder, and a traceback reading it."""
+        return None if isinstance(value, str) and not value.strip() else value
 
     def replica(self) -> str:
         """The name of this replica: replica_name, else host name:port (a pod's name in
