@@ -58,6 +58,29 @@ def routes_for_tests(proxy: Proxy) -> dict[str, Any]:
                 "max_tokens": 8,
                 "rules": [{"id": "open", "when": {"keywords_any": ["open"]}, "to": "chat-open"}],
             },
+            # Every deterministic kind, none matching a long lorem ipsum.
+            "heavy": {
+                "kind": "chat",
+                "model": "smollm2",
+                "max_tokens": 8,
+                "rules": [
+                    {"id": "words", "when": {"keywords_any": ["def ", "zzz"]}, "to": "chat-local"},
+                    {"id": "all", "when": {"keywords_all": ["lorem", "zzz"]}, "to": "chat-local"},
+                    {"id": "redos", "when": {"regex": "^(\\w+\\s?)*$"}, "to": "chat-local"},
+                    {
+                        "id": "meta",
+                        "when": {"metadata": {"key": "k", "exists": True}},
+                        "to": "chat-local",
+                    },
+                    {
+                        "id": "sizes",
+                        "when": {"min_chars": 10, "max_chars": 100},
+                        "to": "chat-local",
+                    },
+                    {"id": "tokens", "when": {"max_prompt_tokens": 100}, "to": "chat-local"},
+                    {"id": "tools", "when": {"has_tools": True}, "to": "chat-local"},
+                ],
+            },
             "hurried": _hurried("no_match"),
             "hurried-default": _hurried("default_label"),
         }
@@ -412,3 +435,33 @@ def reload_refused(server: Server, routes: Path, bad: dict[str, Any], good: str)
     assert refused.status_code == 422, refused.text
     errors: list[str] = refused.json()["error"]["errors"]
     return errors
+
+
+# Bad input: routed by the rules' semantics, or refused, never a 5xx
+
+
+def test_metadata_of_ten_thousand_keys_is_refused_by_openais_limit(server: Server) -> None:
+    metadata = {f"k{n}": "v" for n in range(10_000)}
+    body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "metadata": metadata}
+    answer = httpx.post(f"{server.v1}/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "metadata"
+    assert error["message"] == "metadata: metadata holds at most 16 keys, got 10000"
+
+
+def test_a_prompt_of_megabytes_is_decided_then_refused_as_too_long(server: Server) -> None:
+    """3 MB: every deterministic rule reads it (a regex that backtracks elsewhere among them),
+    none matches, and the task's own route refuses it as over its context."""
+    text = "lorem ipsum dolor sit amet " * 110_000 + "!"
+    body = {"model": "heavy", "messages": [{"role": "user", "content": text}], "max_tokens": 1}
+    answer = httpx.post(
+        f"{server.v1}/chat/completions",
+        json=body,
+        headers={"x-zest-route-trace": "1"},
+        timeout=300,
+    )
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "over the limit of" in error["message"]
