@@ -277,7 +277,8 @@ async def route_request(
     given = inputs.get("routing") or RouteInputs(
         routing_text(messages, prompt),
         metadata=dict(body.metadata or {}),
-        has_tools=inputs.get("tools") is not None,
+        # The request sends tools (tool_choice none included: the rules read what was sent).
+        has_tools=bool(getattr(body, "tools", None)) or inputs.get("tools") is not None,
     )
     counted = 0
     if uses_token_count(route):
