@@ -18,6 +18,7 @@ from zest.gateway.serving._generation import (
     Generation,
     build_prompt,
     close_all,
+    route_request,
     start_choices,
     start_generation,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "explain_task",
     "format_explanation",
     "preflight",
+    "route_request",
     "start_choices",
     "start_generation",
     "tool_use_for",
