@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import itertools
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from zest.router._schema import ENGINE_MODELS, ENGINES, LlamaCppModel, RouteConf
 from zest.router._yaml import read_routes_file, safe_yaml
 
 __all__ = ["LoadedRoutes", "check_routes", "load_routes", "parse_routes"]
+
+_SERIALS = itertools.count(1)
 
 # Keys refused with a reason rather than a spelling hint: a secret never belongs in the file.
 _REFUSED_KEYS = {
@@ -36,6 +39,9 @@ class LoadedRoutes:
     # The file as it was named (absolute, links kept): what a reload reads again. The target
     # of a link can change: a Kubernetes ConfigMap volume re-points `..data` at each update.
     named_path: Path | None = None
+    # Unique to this load of the file in this process: what caches of a table's results are
+    # keyed by (an id() could be reused by a later table once this one is gone).
+    serial: int = field(default_factory=lambda: next(_SERIALS), compare=False)
 
     @property
     def base_dir(self) -> Path:

@@ -154,7 +154,7 @@ class RoutingOracle:
         text: str,
     ) -> ModelResult:
         key = (
-            id(routes.config),
+            routes.serial,
             condition,
             hashlib.sha256(text.encode("utf-8", "replace")).hexdigest(),
         )
@@ -213,7 +213,7 @@ class RoutingOracle:
     ) -> list[tuple[float, ...]]:
         from zest.gateway.serving._embedding import embed_inputs
 
-        key = (id(routes.config), condition.via, condition.label)
+        key = (routes.serial, condition.via, condition.label)
         if (vectors := self.phrases.get(key)) is None:
             phrases = list(phrases_of(routes.config, caller)[condition.label])
             embedded = await embed_inputs(runtime, condition.via, phrases, privacy_of=caller)
