@@ -200,7 +200,7 @@ def test_the_trace_is_there_when_the_body_asks(client: openai.OpenAI) -> None:
     assert [entry["result"] for entry in trace] == [False] * 8 + [True]
     similar = trace[5]
     assert similar["condition"] == (
-        'similar_to: {"via": "embed", "label": "code", "min_score": 0.6}'
+        'similar_to: {"via": "embed", "timeout_s": 10.0, "label": "code", "min_score": 0.6}'
     )
     assert set(similar) == {"condition", "result", "score", "cached"}
     assert -1.0 <= similar["score"] < 0.6
