@@ -227,9 +227,10 @@ def _tool_choice(answer: ToolAnswer, finish: str, index: int = 0) -> dict[str, A
 
 
 def _tool_deltas(answer: ToolAnswer) -> list[dict[str, Any]]:
-    """A tool-use answer as stream deltas: each call whole, or the content."""
+    """A tool-use answer as stream deltas: each call whole, or the content (none: an answer
+    cut before it said anything)."""
     if not answer.calls:
-        return [{"content": answer.content or ""}]
+        return [] if answer.content is None else [{"content": answer.content}]
     return [{"tool_calls": [{"index": i, **call}]} for i, call in enumerate(answer.calls)]
 
 
