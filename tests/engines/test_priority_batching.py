@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
-from collections.abc import Callable
 
 from tests.engines.conftest import job_for, load_smollm2
+from tests.engines.test_admission import until
 from zest.engines import Delta, Engine, GenerationJob
 from zest.engines._llama_batch import BatchScheduler
 from zest.router import Device, Placement
@@ -20,14 +19,6 @@ ARTICLE = " ".join(
     "repairs, and asked the council for a report on each before the spring session."
     for n in range(40)
 )  # about 1,400 tokens: three full steps of n_batch 512
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened within {timeout} s: {what}")
-        await asyncio.sleep(0.002)
 
 
 async def run(engine: Engine, job: GenerationJob) -> list[Delta]:
