@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from zest.errors import ConfigError
 from zest.gateway.serving import Preflight, Settings
-from zest.router import LoadedRoutes, check_routes
+from zest.router import LoadedRoutes, check_routes, rule_warnings
 
 __all__ = ["checked_or_raise", "preflight_or_raise", "settings_from"]
 
@@ -48,6 +48,8 @@ def checked_or_raise(
     even when other parts have problems, so that one run lists them all."""
     loaded, problems = check_routes(path)
     checked = Preflight()
+    if not models and loaded is not None:  # the warnings the file alone gives (preflight's)
+        checked = Preflight(warnings=[f"{loaded.path}: {w}" for w in rule_warnings(loaded.config)])
     if models and loaded is not None:
         try:
             checked = preflight_or_raise(loaded, settings)

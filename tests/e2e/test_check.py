@@ -178,6 +178,9 @@ def test_rules_that_would_not_do_what_they_say_are_warned(tmp_path: Path) -> Non
     path = write(tmp_path, models, routes)
     checked = zest("check", str(path))
     assert checked.returncode == 0, checked.stderr
+    alone = zest("check", str(path), "--no-models")  # the file says it: no model file read
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stderr == checked.stderr
     assert checked.stderr.splitlines() == [
         f"warning: {path}: routes.chat.rules.0.to: route 'open' has rules of its own, which a "
         "request routed here by 'chat' does not follow (one hop)",
