@@ -21,6 +21,7 @@ from zest.gateway.cli._eval_cases import (
     Case,
     CaseResult,
     answer_text,
+    format_measures,
     format_result,
     format_summary,
     gateway_problems,
@@ -65,7 +66,9 @@ def _eval(args: argparse.Namespace) -> int:
                 print(format_result(result), flush=True)
                 results.append(result)
     elapsed = time.monotonic() - started
-    print(f"\n{format_summary(results, elapsed)} against {url}")
+    measures = format_measures(results)
+    print(f"\n{measures}" if measures else "")
+    print(f"{format_summary(results, elapsed)} against {url}")
     if args.json:
         report = {"file": str(args.file), "url": url, "elapsed_s": round(elapsed, 3)}
         cases_json = [result.as_json() for result in results]

@@ -34,6 +34,7 @@ __all__ = [
     "EvalFileError",
     "answer_text",
     "copied_share",
+    "format_measures",
     "format_result",
     "format_summary",
     "gateway_problems",
@@ -363,6 +364,17 @@ def _measured(measures: dict[str, float]) -> str:
 def _shorten(answer: str) -> str:
     shown = json.dumps(answer[:_ANSWER_SHOWN], ensure_ascii=False)
     return shown + (f" … ({len(answer)} characters)" if len(answer) > _ANSWER_SHOWN else "")
+
+
+def format_measures(results: list[CaseResult]) -> str | None:
+    """The copying measures over the cases that check them (mean and worst), or None."""
+    said = []
+    for key, name in (("copied", "copied"), ("length_ratio", "length")):
+        values = [r.measures[key] for r in results if key in r.measures]
+        if values:
+            said.append(f"{name} mean {sum(values) / len(values):.2f}, worst {max(values):.2f}")
+    measured = sum(bool(r.measures) for r in results)
+    return f"copying over {measured} cases: {'; '.join(said)}" if said else None
 
 
 def format_summary(results: list[CaseResult], elapsed_s: float) -> str:

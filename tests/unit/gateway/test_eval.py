@@ -13,6 +13,7 @@ from zest.gateway.cli._eval_cases import (
     CaseResult,
     answer_text,
     copied_share,
+    format_measures,
     format_result,
     gateway_problems,
     length_ratio,
@@ -160,6 +161,16 @@ def test_copying_checks_name_the_measure_and_the_limit() -> None:
         "FAIL  line 1  (1.50s, smollm2 on cpu; copied 1.00, length 1.00 of the text)"
     )
     assert result.as_json()["measures"] == {"copied": 1.0, "length_ratio": 1.0}
+
+
+def test_the_copying_measures_are_summed_up_over_the_cases_that_check_them() -> None:
+    summary, chat = parse_cases(
+        jsonl({"task": "summarization", "input": TEXT, "max_copied": 0.3}, CHAT), "set.jsonl"
+    )
+    answers = [TEXT, "The old bridge closes for repairs; buses fill the gap."]
+    results = [CaseResult(summary, 1.0, a, summary.checks(a)) for a in answers]
+    assert format_measures(results) == "copying over 2 cases: copied mean 0.50, worst 1.00"
+    assert format_measures([CaseResult(chat, 1.0, "x", [])]) is None
 
 
 def test_the_text_of_a_chat_case_is_its_last_user_message() -> None:
