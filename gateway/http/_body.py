@@ -56,13 +56,21 @@ def _integer(digits: str) -> int:
 
 
 def read_json(raw: bytes) -> Any:
-    """The body as JSON, strictly: NaN and Infinity are not JSON, and integers have at most
-    MAX_DIGITS digits. Raises BadRequestError saying what to send."""
+    """The body as JSON, strictly: UTF-8 (JSON's encoding between systems: Python would guess
+    UTF-16 or 32 from the bytes), no NaN or Infinity, and integers of at most MAX_DIGITS
+    digits. Raises BadRequestError saying what to send."""
     try:
-        return json.loads(raw, parse_constant=_constant, parse_int=_integer)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequestError(
+            f"the request body is not valid JSON: it is not UTF-8 ({exc}): send a JSON object "
+            "in UTF-8"
+        ) from None
+    try:
+        return json.loads(text, parse_constant=_constant, parse_int=_integer)
     except _NotJson as exc:
         raise BadRequestError(f"the request body is not valid JSON: {exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+    except ValueError as exc:  # JSONDecodeError is a ValueError
         raise BadRequestError(
             f"the request body is not valid JSON: {exc}: send a JSON object"
         ) from None

@@ -121,6 +121,11 @@ def test_json_1e309_is_infinity_and_refused(client: TestClient[Litestar]) -> Non
         (b'{"model": NaN}', "NaN is not a JSON number: send a finite number"),
         (b'{"model": -Infinity}', "-Infinity is not a JSON number: send a finite number"),
         (b'{"seed": ' + b"7" * 5000 + b"}", "an integer of 5000 digits: send at most 64 digits"),
+        (
+            '{"model": "chat"}'.encode("utf-16"),
+            "it is not UTF-8 ('utf-8' codec can't decode byte 0xff in position 0: invalid start "
+            "byte): send a JSON object in UTF-8",
+        ),
     ],
 )
 def test_what_python_reads_but_json_forbids_is_not_json(
