@@ -88,12 +88,13 @@ def test_task_endpoints_answer_in_the_route_kind_shape(
 
 
 def test_the_route_system_prompt_and_examples_are_applied(http: httpx.Client) -> None:
-    """The summarization task's prompt is its system prompt, its example exchange, then the
-    input: as many tokens as those messages make with the model's own tokenizer."""
+    """The chat task's prompt is its system prompt, its example exchanges, then the input: as
+    many tokens as those messages make with the model's own tokenizer."""
     routes = load_routes(REPO / "routes.yaml")
-    route = routes.config.routes["summarization"]
+    route = routes.config.routes["chat"]
+    assert route.examples  # (summarization has none: its examples leaked into summaries)
     text = "The cat sat on the mat all day."
-    summary = http.post("/v1/tasks/summarization", json={"input": text, "max_tokens": 1})
+    answer = http.post("/v1/tasks/chat", json={"input": text, "max_tokens": 1})
     by_hand: list[dict[str, str]] = [{"role": "system", "content": route.system_prompt or ""}]
     for example in route.examples:
         by_hand += [
@@ -103,9 +104,9 @@ def test_the_route_system_prompt_and_examples_are_applied(http: httpx.Client) ->
     by_hand.append({"role": "user", "content": text})
     tokenizer = load_tokenizer("smollm2", routes.config.models["smollm2"], routes.base_dir)
     assert tokenizer is not None
-    assert summary.json()["usage"]["prompt_tokens"] == len(Prompt.chat(by_hand).encode(tokenizer))
-    plain = http.post("/v1/tasks/chat", json={"input": text, "max_tokens": 1})
-    assert plain.json()["usage"]["prompt_tokens"] != summary.json()["usage"]["prompt_tokens"]
+    assert answer.json()["usage"]["prompt_tokens"] == len(Prompt.chat(by_hand).encode(tokenizer))
+    other = http.post("/v1/tasks/summarization", json={"input": text, "max_tokens": 1})
+    assert other.json()["usage"]["prompt_tokens"] != answer.json()["usage"]["prompt_tokens"]
 
 
 def test_task_endpoint_streams(http: httpx.Client) -> None:
