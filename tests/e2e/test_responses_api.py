@@ -225,4 +225,3 @@ def test_max_tool_calls_bounds_the_calls(client: openai.OpenAI) -> None:
         max_output_tokens=8,
     )  # fmt: skip
     assert [item.type for item in none.output] == ["message"]
-
