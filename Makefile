@@ -6,7 +6,7 @@ STAMP := $(VENV)/.zest-installed
 CONVERT_STAMP := $(VENV)/.zest-convert-installed
 ROUTES ?= routes.yaml
 
-.PHONY: install serve test lint unit e2e onnx-model embedding-model gemma-model browser promtool haproxy llama-server vulkan-deps vulkan-site clean
+.PHONY: install serve test lint docs unit e2e onnx-model embedding-model gemma-model browser promtool haproxy llama-server vulkan-deps vulkan-site clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP)
@@ -110,8 +110,12 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The docs site (mkdocs.yml, docs/) into site/: --strict, so a broken link or a missing page fails.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 # Under make test, the promtool tests and the Vulkan lane require theirs (run alone, they skip).
-test: lint onnx-model embedding-model gemma-model browser promtool haproxy vulkan-site
+test: lint docs onnx-model embedding-model gemma-model browser promtool haproxy vulkan-site
 	ZEST_REQUIRE_PROMTOOL=1 ZEST_REQUIRE_VULKAN=1 $(BIN)/pytest
 
 unit: install
@@ -121,4 +125,4 @@ e2e: install onnx-model embedding-model gemma-model browser haproxy
 	$(BIN)/pytest tests/e2e tests/engines
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache *.egg-info
