@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from litestar import Litestar, MediaType, Request, Response, Router, get, head, post
 from litestar.connection import ASGIConnection
+from litestar.datastructures import State
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.response import Stream
 
@@ -25,17 +26,18 @@ from zest.errors import (
     shown,
 )
 from zest.gateway.http._auth import PUBLIC_PATHS
-from zest.gateway.http._body import IGNORED, parse_body, takes
+from zest.gateway.http._body import IGNORED, JsonBodyPlugin, read_empty_body
 from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
+    METRICS,
     last_stats,
     prometheus_metrics,
     provide_record,
     record_failure,
     stats_history,
 )
-from zest.gateway.http._openapi import openapi_json
+from zest.gateway.http._openapi import STREAMS, openapi_json
 from zest.gateway.http._ops import OPS_HANDLERS, describe_loaded, lemonade_health
 from zest.gateway.http._responses import (
     collect_body,
@@ -181,110 +183,116 @@ def _event_stream(events: AsyncIterator[bytes], headers: dict[str, str]) -> Stre
     )
 
 
-@post("/chat/completions", status_code=200, opt=takes(ChatRequest, streams=True))
+@post("/chat/completions", status_code=200, opt=STREAMS)
 async def chat_completions(
-    request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
+    data: ChatRequest, request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
 ) -> Response[Any]:
-    body = await parse_body(request, ChatRequest)
-    answer_schema = body.response_format.constraint() if body.response_format else None
-    tools = tool_use_for(body.tools, body.tool_choice, answer_schema, body.parallel_tool_calls)
+    answer_schema = data.response_format.constraint() if data.response_format else None
+    tools = tool_use_for(data.tools, data.tool_choice, answer_schema, data.parallel_tool_calls)
     return await _respond(
         request,
         runtime,
-        body.model,
+        data.model,
         "chat",
-        body,
+        data,
         record=record,
-        messages=body.messages,
+        messages=data.messages,
         tools=tools,
     )
 
 
-@post("/completions", status_code=200, opt=takes(CompletionRequest, streams=True))
+@post("/completions", status_code=200, opt=STREAMS)
 async def completions(
-    request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
+    data: CompletionRequest,
+    request: Request[Any, Any, Any],
+    runtime: Runtime,
+    record: RequestRecord,
 ) -> Response[Any]:
-    body = await parse_body(request, CompletionRequest)
-    prompt = body.prompt_text()
+    prompt = data.prompt_text()
     return await _respond(
         request,
         runtime,
-        body.model,
+        data.model,
         "completion",
-        body,
+        data,
         record=record,
         prompt=prompt,
-        suffix=body.suffix,
-        echo=prompt if body.echo else "",
+        suffix=data.suffix,
+        echo=prompt if data.echo else "",
     )
 
 
-@post("/tasks/{task:str}", status_code=200, opt=takes(TaskRequest, streams=True))
+@post("/tasks/{task:str}", status_code=200, opt=STREAMS)
 async def task_endpoint(
-    task: str, request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
+    task: str,
+    data: TaskRequest,
+    request: Request[Any, Any, Any],
+    runtime: Runtime,
+    record: RequestRecord,
 ) -> Response[Any]:
-    body = await parse_body(request, TaskRequest)
     route = runtime.routes.config.routes.get(task)  # its kind only: the request reads the table
     if route is not None and route.kind == "embedding":
-        if body.messages is not None:
+        if data.messages is not None:
             raise BadRequestError(
                 f"task {task!r} is an embedding route: send 'input' (or 'prompt'), not messages",
                 param="messages",
             )
-        done = await embed_inputs(runtime, task, [body.text() or ""], events=record)
+        done = await embed_inputs(runtime, task, [data.text() or ""], events=record)
         return _embedding_response(request, done, task, "float", record)
     kind: Kind = route.kind if route and route.kind != "embedding" else "chat"
-    if body.messages is not None:
+    if data.messages is not None:
         if kind == "completion":
             raise BadRequestError(
                 f"task {task!r} is a completion route: send 'prompt' (or 'input'), not messages",
                 param="messages",
             )
         return await _respond(
-            request, runtime, task, kind, body, record=record, messages=body.messages
+            request, runtime, task, kind, data, record=record, messages=data.messages
         )
-    text = body.text() or ""
+    text = data.text() or ""
     if not text.strip():  # nothing to answer: never invent text from the system prompt alone
         raise BadRequestError(
-            f"the {'prompt' if body.prompt is not None else 'input'} is empty: send some text",
-            param="prompt" if body.prompt is not None else "input",
+            f"the {'prompt' if data.prompt is not None else 'input'} is empty: send some text",
+            param="prompt" if data.prompt is not None else "input",
         )
     if kind == "chat":
         messages = [ChatMessage(role="user", content=text)]
-        return await _respond(request, runtime, task, kind, body, record=record, messages=messages)
-    return await _respond(request, runtime, task, kind, body, record=record, prompt=text)
+        return await _respond(request, runtime, task, kind, data, record=record, messages=messages)
+    return await _respond(request, runtime, task, kind, data, record=record, prompt=text)
 
 
-@post("/responses", status_code=200, opt=takes(ResponsesRequest, streams=True))
+@post("/responses", status_code=200, opt=STREAMS)
 async def responses(
-    request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
+    data: ResponsesRequest,
+    request: Request[Any, Any, Any],
+    runtime: Runtime,
+    record: RequestRecord,
 ) -> Response[Any]:
     """OpenAI's Responses API on chat tasks: text in and out, instructions, streaming events,
     tools and text.format as on /v1/chat/completions."""
-    body = await parse_body(request, ResponsesRequest)
     if request.headers.get("x-zest-route-trace") == "1":
-        body = body.model_copy(update={"route_trace": True})
+        data = data.model_copy(update={"route_trace": True})
     request_id = _request_id(request)
-    request.state[AFFINITY_STATE] = request_affinity(request.headers, body.model, body.messages())
-    sampling = body.sampling()
+    request.state[AFFINITY_STATE] = request_affinity(request.headers, data.model, data.messages())
+    sampling = data.sampling()
     gen = await _unless_disconnected(
         request,
         start_generation(
             runtime,
-            body.model,
+            data.model,
             kind="chat",
             body=sampling,
             request_id=request_id,
-            messages=body.messages(),
-            tools=body.tool_use(),
+            messages=data.messages(),
+            tools=data.tool_use(),
             events=record,
-            routing=body.routing_inputs(),
+            routing=data.routing_inputs(),
         ),
     )
     _metadata_read(request, gen)
-    shape = ResponseShape(gen, body)
+    shape = ResponseShape(gen, data)
     headers = {**route_headers(gen), **_request_headers(request, request_id)}
-    if body.stream:
+    if data.stream:
         return _event_stream(shape.events(), headers)
     try:
         payload = await _unless_disconnected(request, shape.body())
@@ -293,16 +301,18 @@ async def responses(
     return Response(payload, headers=headers)
 
 
-@post("/embeddings", status_code=200, opt=takes(EmbeddingRequest))
+@post("/embeddings", status_code=200)
 async def embeddings(
-    request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
+    data: EmbeddingRequest,
+    request: Request[Any, Any, Any],
+    runtime: Runtime,
+    record: RequestRecord,
 ) -> Response[Any]:
     """OpenAI embeddings; `model` names a task of kind embedding."""
-    body = await parse_body(request, EmbeddingRequest)
     done = await _unless_disconnected(
-        request, embed_inputs(runtime, body.model, body.inputs(), events=record)
+        request, embed_inputs(runtime, data.model, data.inputs(), events=record)
     )
-    return _embedding_response(request, done, body.model, body.encoding_format, record)
+    return _embedding_response(request, done, data.model, data.encoding_format, record)
 
 
 def _embedding_response(
@@ -393,19 +403,16 @@ async def explain_get(task: str, runtime: Runtime, prompt_tokens: int = 0) -> di
     )
 
 
-@post("/routes/{task:str}/explain", status_code=200, opt=takes(TaskRequest))
-async def explain_post(
-    task: str, request: Request[Any, Any, Any], runtime: Runtime
-) -> dict[str, Any]:
+@post("/routes/{task:str}/explain", status_code=200)
+async def explain_post(task: str, data: TaskRequest, runtime: Runtime) -> dict[str, Any]:
     """The plan for the request in the body (its prompt is counted with the model's tokenizer)."""
-    body = await parse_body(request, TaskRequest)
     routes = runtime.routes
     route = find_route(task, None, routes.config)
-    messages = body.messages
+    messages = data.messages
     if messages is None and route.kind == "chat":
-        messages = [ChatMessage(role="user", content=body.text() or "")]
+        messages = [ChatMessage(role="user", content=data.text() or "")]
     kind: Kind = "completion" if route.kind == "embedding" else route.kind  # text as it is
-    prompt = build_prompt(route, kind, messages, body.text())
+    prompt = build_prompt(route, kind, messages, data.text())
     tokens = await runtime.count_prompt(routes, route.model, prompt)
     return explain_task(
         routes.config,
@@ -418,13 +425,12 @@ async def explain_post(
     )
 
 
-@post("/explain", status_code=200, opt=takes(ExplainRequest))
-async def explain_request_post(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
+@post("/explain", status_code=200)
+async def explain_request_post(data: ExplainRequest, runtime: Runtime) -> dict[str, Any]:
     """The routing decision for `request` sent to `task` (with its trace), then the plan of
     the route it chose, for that request's prompt; nothing is generated."""
-    body = await parse_body(request, ExplainRequest)
-    find_route(body.task, None, runtime.routes.config)  # an unknown task is a 404
-    return await explain_request(runtime, body.task, body.request)
+    find_route(data.task, None, runtime.routes.config)  # an unknown task is a 404
+    return await explain_request(runtime, data.task, data.request)
 
 
 @get("/system-info")
@@ -463,6 +469,11 @@ def _request_error(request: Request[Any, Any, Any], exc: RequestError) -> Respon
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    if _no_body(exc):  # Litestar reads no empty body: say what reading it says
+        try:
+            read_empty_body(request)
+        except RequestError as error:
+            return _request_error(request, error)
     record_failure(request, exc)
     status = exc.status_code
     message = exc.detail or "error"
@@ -481,6 +492,14 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     body = error_body(message, type="invalid_request_error", param=param)
     headers = {"x-request-id": _request_id(request), **(exc.headers or {})}
     return Response(body, status_code=status, headers=headers)
+
+
+def _no_body(exc: HTTPException) -> bool:
+    """Litestar's 400 for a handler's `data` that was not sent (an empty body)."""
+    problems = exc.extra if isinstance(exc, ValidationException) else None
+    return isinstance(problems, list) and any(
+        isinstance(problem, dict) and problem.get("key") == "data" for problem in problems
+    )
 
 
 def _parameter_error(problem: Any) -> tuple[str, str | None]:
@@ -583,6 +602,8 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             HTTPException: _http_error,
             Exception: _internal_error,
         },
+        plugins=[JsonBodyPlugin()],
+        state=State({METRICS: metrics}),
         lifespan=[lifespan],
         before_send=[replica_header(settings.replica())],
         guards=[_drain_guard(runtime), *security.guards],

@@ -1,12 +1,23 @@
-"""Reading a request body into a typed request, with OpenAI-style errors that say what to fix."""
+"""Reading a request body into a typed request, with OpenAI-style errors that say what to fix.
+
+A handler declares its body once, as Litestar does: a pydantic `data: ChatRequest` parameter.
+JsonBodyPlugin gives every such parameter the JsonBody reader (a Litestar DTO), so the body is
+read here, strictly (UTF-8, JSON as JSON defines it, unknown fields refused with a did-you-mean),
+and Litestar's OpenAPI document shows the model that validates it.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any, TypeVar
+from collections.abc import Collection, Generator
+from typing import Any, NoReturn, TypeVar
 
-from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.dto import AbstractDTO, DTOFieldDefinition
+from litestar.openapi.spec import Reference, Schema
+from litestar.plugins import SerializationPlugin
+from litestar.typing import FieldDefinition
 from pydantic import BaseModel, ValidationError
 
 from zest.errors import BadRequestError, UnsupportedMediaTypeError, clipped, shown
@@ -18,7 +29,15 @@ from zest.gateway.serving import (
     SamplingFields,
 )
 
-__all__ = ["BODY", "IGNORED", "REQUESTED_TASK", "STREAMS", "parse_body", "read_json", "takes"]
+__all__ = [
+    "IGNORED",
+    "REQUESTED_TASK",
+    "JsonBody",
+    "JsonBodyPlugin",
+    "read_body",
+    "read_empty_body",
+    "read_json",
+]
 
 log = logging.getLogger("zest.gateway")
 
@@ -26,17 +45,12 @@ log = logging.getLogger("zest.gateway")
 REQUESTED_TASK = "zest_requested_task"
 # request.state key: the OpenAI fields the body sent that change nothing here (x-zest-ignored).
 IGNORED = "zest_ignored_fields"
-# Handler opt keys: the model its body is read into, and whether it may answer with a stream
-# (what the OpenAPI document says of it).
-BODY = "zest_body"
-STREAMS = "zest_streams"
 
 Body = TypeVar("Body", bound=BaseModel)
 
 # Digits an integer of a body may have: more than any field takes (a seed is at most 20), and
 # far below the point where reading one costs (Python refuses 4300 with its own advice).
 MAX_DIGITS = 64
-# What the client should send for a value of the wrong type (the pydantic error type).
 
 
 class _NotJson(ValueError):
@@ -78,22 +92,75 @@ def read_json(raw: bytes) -> Any:
         raise _too_deep() from None
 
 
-def takes(schema: type[BaseModel], *, streams: bool = False) -> dict[str, Any]:
-    """A handler's opt declaring its body (`parse_body(request, schema)` reads it)."""
-    return {BODY: schema, STREAMS: streams}
+class JsonBody(AbstractDTO[Body]):
+    """Litestar's reader of a handler's pydantic `data`: `read_body` with the request."""
+
+    def decode_bytes(self, value: bytes) -> Body:
+        return read_body(self.asgi_connection, value, self.model_type)
+
+    def decode_builtins(self, value: dict[str, Any]) -> Body:
+        raise TypeError("a body is read from its bytes, never from a form")
+
+    def data_to_encodable_type(self, data: Body | Collection[Body]) -> Any:
+        raise TypeError("JsonBody reads request bodies; answers are encoded by Litestar")
+
+    @classmethod
+    def create_for_field_definition(
+        cls, field_definition: FieldDefinition, handler_id: str, backend_cls: Any = None
+    ) -> None:
+        """Nothing to build: the pydantic model itself reads the body (no transfer model)."""
+
+    @classmethod
+    def create_openapi_schema(
+        cls, field_definition: FieldDefinition, handler_id: str, schema_creator: Any
+    ) -> Reference | Schema:
+        schema: Reference | Schema = schema_creator.for_field_definition(
+            FieldDefinition.from_annotation(cls.model_type)
+        )
+        return schema
+
+    @classmethod
+    def generate_field_definitions(
+        cls, model_type: type[Any]
+    ) -> Generator[DTOFieldDefinition, None, None]:
+        yield from ()
+
+    @classmethod
+    def detect_nested_field(cls, field_definition: FieldDefinition) -> bool:
+        return False
 
 
-async def parse_body(request: Request[Any, Any, Any], schema: type[Body]) -> Body:
+class JsonBodyPlugin(SerializationPlugin):
+    """Every handler parameter `data: SomeModel` (a pydantic model) is read by JsonBody."""
+
+    def supports_type(self, field_definition: FieldDefinition) -> bool:
+        return field_definition.name == "data" and field_definition.is_subclass_of(BaseModel)
+
+    def create_dto_for_type(self, field_definition: FieldDefinition) -> type[AbstractDTO[Any]]:
+        return JsonBody[field_definition.annotation]  # type: ignore[name-defined]
+
+
+def read_body(
+    connection: ASGIConnection[Any, Any, Any, Any], raw: bytes, schema: type[Body]
+) -> Body:
     """The body as `schema`; a BadRequestError (400) saying what to fix when it is not one,
     UnsupportedMediaTypeError (415) when it is not sent as JSON."""
-    _check_media_type(request.headers.get("content-type"))
-    data = read_json(await request.body())
+    _check_media_type(connection.headers.get("content-type"))
+    data = read_json(raw)
     if not isinstance(data, dict):
         raise BadRequestError("the request body must be a JSON object")
     try:
-        return _validated(request, schema, data)
+        return _validated(connection, schema, data)
     except RecursionError:  # deep enough to parse, too deep to walk or validate
         raise _too_deep() from None
+
+
+def read_empty_body(connection: ASGIConnection[Any, Any, Any, Any]) -> NoReturn:
+    """Raise what reading an empty body says (Litestar calls no reader when none was sent):
+    a 415 when it is not declared JSON, else "not valid JSON"."""
+    _check_media_type(connection.headers.get("content-type"))
+    read_json(b"")
+    raise AssertionError("an empty body is never JSON")
 
 
 def _check_media_type(content_type: str | None) -> None:
@@ -116,7 +183,9 @@ def _too_deep() -> BadRequestError:
     )
 
 
-def _validated(request: Request[Any, Any, Any], schema: type[Body], data: dict[str, Any]) -> Body:
+def _validated(
+    request: ASGIConnection[Any, Any, Any, Any], schema: type[Body], data: dict[str, Any]
+) -> Body:
     if (where := _lone_surrogate(data)) is not None:
         raise BadRequestError(
             f"{clipped(where or 'the body')}: holds a lone UTF-16 surrogate (such as \\ud800), "

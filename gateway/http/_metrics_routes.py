@@ -11,10 +11,19 @@ from litestar import Request, Response, get
 from zest.gateway.http._body import REQUESTED_TASK
 from zest.gateway.http._metrics import CONTENT_TYPE, Metrics, RequestRecord
 
-__all__ = ["last_stats", "prometheus_metrics", "provide_record", "record_failure", "stats_history"]
+__all__ = [
+    "METRICS",
+    "last_stats",
+    "prometheus_metrics",
+    "provide_record",
+    "record_failure",
+    "stats_history",
+]
 
 # Where a generation request keeps its record: the error handlers find it there.
 _RECORD = "zest_record"
+# Where the app keeps its Metrics (app.state): a record is begun where no dependency ran.
+METRICS = "zest_metrics"
 
 
 @get("/metrics", media_type=CONTENT_TYPE)
@@ -38,14 +47,27 @@ async def stats_history(metrics: Metrics) -> dict[str, Any]:
 
 async def provide_record(request: Request[Any, Any, Any], metrics: Metrics) -> RequestRecord:
     """A generation request's record, started as the request arrives (a dependency)."""
+    return _begin(request, metrics)
+
+
+def _begin(request: Request[Any, Any, Any], metrics: Metrics) -> RequestRecord:
     record = metrics.begin(request.path_params.get("task"))
     request.state[_RECORD] = record
     return record
 
 
+def _keeps_a_record(request: Request[Any, Any, Any]) -> bool:
+    handler = request.scope.get("route_handler")
+    return handler is not None and "record" in handler.parsed_fn_signature.parameters
+
+
 def record_failure(request: Request[Any, Any, Any], error: BaseException) -> None:
-    """An error answered instead of a generation: it ends the request's record."""
+    """An error answered instead of a generation: it ends the request's record (begun here
+    when its body failed to read, which Litestar does before the dependencies)."""
     record = request.state.get(_RECORD)
+    metrics = request.app.state.get(METRICS)
+    if record is None and isinstance(metrics, Metrics) and _keeps_a_record(request):
+        record = _begin(request, metrics)
     if isinstance(record, RequestRecord):
         named = request.state.get(REQUESTED_TASK)
         if isinstance(named, str):  # a 400 counts against the task its body named

@@ -17,10 +17,12 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import models_json_schema
 
 from zest.gateway.http._auth import PUBLIC_PATHS
-from zest.gateway.http._body import BODY, STREAMS
 from zest.gateway.serving import IGNORED_FIELDS, EmbeddingRequest, ResponsesRequest, SamplingFields
 
-__all__ = ["openapi_document", "openapi_json"]
+__all__ = ["STREAMS", "openapi_document", "openapi_json"]
+
+# A handler's opt when it may answer with a stream (what the document says of it).
+STREAMS = {"zest_streams": True}
 
 PREFIX = "/v1"  # the document's paths are relative to each server: /v1 and /api/v1
 _REF = "#/components/schemas/{model}"
@@ -84,7 +86,7 @@ def openapi_document(app: Litestar) -> dict[str, Any]:
         for handler in route.route_handlers
         if handler.include_in_schema is not False and handler.http_methods != {"OPTIONS"}
     ]
-    schemas = _body_schemas({handler.opt[BODY] for _, handler in handlers if BODY in handler.opt})
+    schemas = _body_schemas({model for _, handler in handlers if (model := _body(handler))})
     paths: dict[str, dict[str, Any]] = {}
     for route, handler in handlers:
         path = route.path_format.removeprefix(PREFIX)
@@ -112,6 +114,11 @@ def openapi_document(app: Litestar) -> dict[str, Any]:
     }
 
 
+def _body(handler: HTTPRouteHandler) -> type[BaseModel] | None:
+    data = handler.parsed_data_field
+    return data.annotation if data is not None else None
+
+
 def _body_schemas(models: set[type[BaseModel]]) -> dict[str, Any]:
     """The JSON Schema of each body model and of the models they use, by name."""
     ordered = sorted(models, key=lambda model: model.__name__)
@@ -135,7 +142,7 @@ def _operation(route: HTTPRoute, handler: HTTPRouteHandler, method: str) -> dict
     }
     if parameters := _parameters(route, handler):
         operation["parameters"] = parameters
-    if (model := handler.opt.get(BODY)) is not None:
+    if (model := _body(handler)) is not None:
         operation["requestBody"] = {
             "required": True,
             "content": {
@@ -171,13 +178,13 @@ def _responses(route: HTTPRoute, handler: HTTPRouteHandler, method: str) -> dict
     ok: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
     if handler.media_type.startswith("text/plain"):
         ok = {handler.media_type: {"schema": {"type": "string"}}}
-    if handler.opt.get(STREAMS):
+    if handler.opt.get("zest_streams"):
         ok["text/event-stream"] = {"schema": _EVENT}
     responses: dict[str, Any] = {"200": {"description": "the answer", "content": ok}}
     errors = dict(_ERRORS)
-    if BODY in handler.opt:
+    if _body(handler) is not None:
         errors |= _BODY_ERRORS
-    if handler.opt.get(STREAMS):
+    if handler.opt.get("zest_streams"):
         errors |= _GENERATION_ERRORS
     if handler.opt.get("admin"):
         errors["403"] = "an admin route: it needs the admin key (ZEST_ADMIN_KEY)"

@@ -8,12 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from litestar import MediaType, Request, Response, get, head, post
+from litestar import MediaType, Response, get, head, post
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from zest.engines import LoadedEngine, describe
 from zest.errors import BadRequestError, ModelBusyError, shown
-from zest.gateway.http._body import parse_body, takes
 from zest.gateway.serving import Reloader, Runtime, describe_inventory
 from zest.router import LoadedRoutes, Placement, parse_device, rules_summary
 
@@ -91,9 +90,8 @@ async def loaded_models(runtime: Runtime) -> dict[str, Any]:
     return {"object": "list", "data": describe_loaded(runtime)}
 
 
-@post("/load", status_code=200, opt={**ADMIN, **takes(ModelRequest)})
-async def load_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
-    data = await parse_body(request, ModelRequest)
+@post("/load", status_code=200, opt=ADMIN)
+async def load_model(data: ModelRequest, runtime: Runtime) -> dict[str, Any]:
     routes = runtime.routes
     target = _target(routes, data)
     placement = _placement(runtime, routes, target, data.device)
@@ -108,9 +106,8 @@ async def load_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[
     }
 
 
-@post("/unload", status_code=200, opt={**ADMIN, **takes(ModelRequest)})
-async def unload_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
-    data = await parse_body(request, ModelRequest)
+@post("/unload", status_code=200, opt=ADMIN)
+async def unload_model(data: ModelRequest, runtime: Runtime) -> dict[str, Any]:
     target = _target(runtime.routes, data)
     key = None
     if data.device is not None:

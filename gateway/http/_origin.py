@@ -30,7 +30,6 @@ from zest.errors import (
     shown,
 )
 from zest.gateway.http._auth import PUBLIC_PATHS, is_loopback
-from zest.gateway.http._body import BODY
 from zest.gateway.serving import Settings
 
 __all__ = ["BrowserGuard", "HostRule", "OriginRule", "split_host"]
@@ -190,6 +189,10 @@ def _form_type(content_type: str | None) -> str | None:
     return media if media in FORM_TYPES else None
 
 
+def _reads_no_body(handler: BaseRouteHandler) -> bool:
+    return handler.parsed_fn_signature.parameters.get("data") is None
+
+
 class BrowserGuard:
     """The Litestar guard applying a HostRule and an OriginRule, before the keys' guard."""
 
@@ -209,10 +212,10 @@ class BrowserGuard:
         if method not in CHANGES_STATE:
             return
         self.origins.check(method, connection.headers.get("origin"), hosts[0] if hosts else "")
-        # A body must be JSON where one is read (parse_body says so); where none is, a form's
+        # A body must be JSON where one is read (its reader says so); where none is, a form's
         # type is how a page triggers the endpoint blind.
         form = _form_type(connection.headers.get("content-type"))
-        if form and BODY not in handler.opt:
+        if form and _reads_no_body(handler):
             raise UnsupportedMediaTypeError(
                 f"{method} {clipped(path)} takes no body, and Content-Type {shown(form)} is "
                 "what any web page may send to any site unasked: send the request without a "
