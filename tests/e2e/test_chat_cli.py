@@ -1,29 +1,36 @@
 """`zest chat` through a pseudo-terminal, as a person types into it, and `zest run` one shot,
 against the real server: streamed answers, history kept until /reset, /task, Ctrl-C stopping
-the answer and not the session, Ctrl-D leaving."""
+the answer and not the session, Ctrl-D leaving. The conversation's transcript is the sample
+the docs show (docs/snippets/zest-chat.txt), written anew by each run."""
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import subprocess
 
 import pexpect
 
-from tests.e2e.conftest import ZEST, Server, run_zest
+from tests.e2e.conftest import REPO, ZEST, Server, run_zest
 
 ENV = {**os.environ, "ZEST_API_KEY": "", "TERM": "dumb"}
+TRANSCRIPT = REPO / "docs" / "snippets" / "zest-chat.txt"
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def chat(server: Server, *args: str) -> pexpect.spawn:
     child = pexpect.spawn(
         str(ZEST), ["chat", *args, "--url", server.base_url], env=ENV, encoding="utf-8", timeout=90
     )
+    child.logfile_read = io.StringIO()  # what the terminal showed, typed lines echoed
     child.expect_exact("/quit (or Ctrl-D) leaves")
     return child
 
 
 def test_a_conversation_keeps_its_history_until_reset(server: Server) -> None:
-    child = chat(server, "--max-tokens", "24", "--temperature", "0")
+    options = ("--max-tokens", "24", "--temperature", "0")
+    child = chat(server, *options)
     child.expect_exact("chat> ")
     child.sendline("My name is Ada. Say hello to me.")
     child.expect(r"\[smollm2 on [^;]+; (\d+) in, (\d+) out")
@@ -43,6 +50,16 @@ def test_a_conversation_keeps_its_history_until_reset(server: Server) -> None:
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+    save_transcript(child, server, " ".join(("zest chat", *options)))
+
+
+def save_transcript(child: pexpect.spawn, server: Server, command: str) -> None:
+    """The session as a person saw it, for the docs: the test server's port shown as the
+    default one, and the screen's carriage returns and escapes left out."""
+    assert isinstance(child.logfile_read, io.StringIO)
+    shown = ESCAPES.sub("", child.logfile_read.getvalue()).replace("\r\n", "\n").replace("\r", "")
+    shown = shown.replace(server.base_url, "http://127.0.0.1:8000")
+    TRANSCRIPT.write_text(f"$ {command}\n{shown.rstrip()}\n", encoding="utf-8")
 
 
 def test_ctrl_c_stops_the_answer_not_the_session(server: Server) -> None:

@@ -31,6 +31,8 @@ FLAGS = [
 KEY = "sk-zest-web-1"
 # Where the tests leave their screenshots, to be looked at (ZEST_WEB_SHOTS, else a temp folder).
 SHOTS = Path(os.environ.get("ZEST_WEB_SHOTS") or tempfile.mkdtemp(prefix="zest-web-"))
+# The screenshot the docs show (docs/getting-started.md), taken anew by each run.
+DOCS_SHOT = REPO / "docs" / "img" / "web-page.png"
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed: run make browser"
 )
@@ -206,6 +208,7 @@ def test_a_playground_answer_streams_in_with_what_served_it(opened: Opened) -> N
     assert '"completion_tokens"' in served["usage"]
     assert page.locator(".turn.error").count() == 0
     assert opened.problems == []
+    page.screenshot(path=str(DOCS_SHOT))  # the viewport: the answer and what served it
 
 
 def served_rows(page: Page) -> dict[str, str]:
