@@ -52,13 +52,15 @@ def _rule_when(n: int) -> dict[str, Any]:
     return shapes[n % len(shapes)]
 
 
-def deterministic_rules(count: int) -> list[Any]:
+def deterministic_rules(count: int) -> tuple[Any, ...]:
+    """A table of `count` rules, a tuple as a loaded routes file holds it (so `decide` compiles
+    it once, as the server's)."""
     from zest.router import Rule
 
-    return [
+    return tuple(
         Rule.model_validate({"id": f"rule-{n}", "when": _rule_when(n), "to": "other"})
         for n in range(count)
-    ]
+    )
 
 
 def _decision_times(count: int, rounds: int) -> dict[str, Any]:

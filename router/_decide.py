@@ -6,17 +6,34 @@ team's CI replays exactly what production does. Everything it reads comes in a `
 conditions (similar_to, classify) are resolved by the caller: when the evaluation reaches one
 whose result is not in `results`, `decide` answers `Pending(condition)`; the caller resolves it
 (an embedding, a classifier request), adds it to `results` and calls again. So a model runs
-only when the evaluation reaches its condition, and never from here.
+only when the evaluation reaches its condition, and never from here. The prompt's token count
+is asked for the same way (`Pending()`), when a rule reaches a token condition before the
+caller has counted.
+
+A table of rules is compiled once (the first decision over it) into closures: each leaf's
+values worked out ahead (keywords case-folded, patterns compiled, metadata values in a set)
+and its two trace entries made, so a decision runs no interpretation, only the tests. Every
+regex of a table is also compiled into one alternation, searched once per request: when it
+finds nothing, as for most requests, no single pattern needs a search.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from zest.router._rules import Classify, Condition, MetadataMatch, Rule, SimilarTo, compile_regex
+from zest.router._rules import (
+    Classify,
+    Condition,
+    MetadataMatch,
+    QueuedOver,
+    Rule,
+    SimilarTo,
+    compile_regex,
+)
 
 __all__ = [
     "Decision",
@@ -46,8 +63,9 @@ class RouteInput:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     has_tools: bool = False
     has_images: bool = False
-    # The prompt's tokens as the route's model counts them; called only if a rule asks.
-    prompt_tokens: Callable[[], int] = lambda: 0
+    # The prompt's tokens as the route's model counts them; called only if a rule asks, at
+    # most once per decision. None: not counted yet (the decision is Pending until it is).
+    prompt_tokens: Callable[[], int | None] = lambda: 0
     # Requests waiting (not running) for a route's model; called only if a rule asks.
     waiting: Callable[[str], int] = lambda route: 0
 
@@ -65,10 +83,6 @@ class RouteInput:
         (JSON allows one escaped) becomes `?`."""
         return self.text.encode("utf-8", "replace")
 
-    @functools.cached_property
-    def tokens(self) -> int:
-        return self.prompt_tokens()
-
 
 @dataclass(frozen=True)
 class ModelResult:
@@ -82,14 +96,15 @@ class ModelResult:
 
 @dataclass(frozen=True)
 class Pending:
-    """The evaluation reached a model-backed condition whose result is not known yet."""
+    """The evaluation reached what it cannot know alone: a model-backed condition whose result
+    is not known yet, or (condition None) the prompt's token count."""
 
-    condition: ModelCondition
+    condition: ModelCondition | None = None
 
 
 class TraceEntry(NamedTuple):
-    """One evaluated leaf. A named tuple: a decision makes one per leaf it evaluates, for every
-    request (a frozen dataclass costs five times as much to make)."""
+    """One evaluated leaf. A named tuple: a deterministic leaf's two possible entries are made
+    once, when its table is compiled."""
 
     condition: str
     result: bool
@@ -141,64 +156,313 @@ def decide(
     results: Mapping[ModelCondition, ModelResult] | None = None,
 ) -> Decision | Pending:
     """The first rule whose condition holds sends the request to its route; none: the task's
-    own route serves it. Pending when a model-backed result is needed first."""
-    walk = _Walk(given, results or {})
-    for rule in rules:
-        try:
-            matched = walk.holds(rule.when)
-        except _NeedsModel as needed:
-            return Pending(needed.condition)
-        if matched:
-            return Decision(rule.to, rule.id, rule.outputs, tuple(walk.trace))
+    own route serves it. Pending when a model-backed result or the token count is needed."""
+    program = _program(rules)
+    walk = _Walk(given, results or {}, program.any_regex)
+    try:
+        for rule, test in program.steps:
+            if test(walk):
+                return Decision(rule.to, rule.id, rule.outputs, tuple(walk.trace))
+    except _Needs as needed:
+        return Pending(needed.condition)
     return Decision(task, None, {}, tuple(walk.trace))
 
 
-class _NeedsModel(Exception):
-    def __init__(self, condition: ModelCondition) -> None:
+class _Needs(Exception):
+    def __init__(self, condition: ModelCondition | None) -> None:
         self.condition = condition
 
 
-# TraceEntry(text, held) without the Python-level __new__ of a named tuple: a third of the time,
-# for the entry every evaluated leaf of every request makes.
-_leaf_entry = functools.partial(tuple.__new__, TraceEntry)
-
-
-@dataclass
 class _Walk:
-    given: RouteInput
-    results: Mapping[ModelCondition, ModelResult]
-    trace: list[TraceEntry] = field(default_factory=list)
+    """One decision's state: its input, the trace so far, what it worked out once."""
 
-    def holds(self, condition: Condition) -> bool:
-        """Every kind set in the mapping holds (an implicit all, stopping at the first that
-        does not). A plain loop, few calls: it runs for every rule of every request."""
-        for kind, value, text in condition.parts():
-            leaf = _LEAVES.get(kind)
-            if leaf is None:
-                held = self._combined(kind, value, text)
-            else:
-                held = leaf(self.given, value)
-                self.trace.append(_leaf_entry((text, held, None, None, None, None)))
-            if not held:
+    __slots__ = ("_any_regex", "_regex_found", "_tokens", "add", "given", "results", "trace")
+
+    def __init__(
+        self, given: RouteInput, results: Mapping[ModelCondition, ModelResult], any_regex: Any
+    ) -> None:
+        self.given, self.results = given, results
+        self.trace: list[TraceEntry] = []
+        self.add = self.trace.append
+        self._any_regex = any_regex
+        self._regex_found: bool | None = None
+        self._tokens: int | None = None
+
+    def some_regex_matches(self) -> bool:
+        """Whether any pattern of the table matches (one search for all, the first time)."""
+        if self._regex_found is None:
+            alternation = self._any_regex
+            self._regex_found = alternation is None or bool(alternation.search(self.given.utf8))
+        return self._regex_found
+
+    def tokens(self) -> int:
+        if self._tokens is None:
+            self._tokens = self.given.prompt_tokens()
+            if self._tokens is None:
+                raise _Needs(None)
+        return self._tokens
+
+
+Test = Callable[[_Walk], bool]
+
+
+@dataclass(frozen=True)
+class _Program:
+    steps: tuple[tuple[Rule, Test], ...]
+    any_regex: Any  # every pattern of the table in one alternation (None: none, or no filter)
+
+
+_PROGRAMS: dict[int, tuple[Sequence[Rule], _Program]] = {}
+_PROGRAMS_KEPT = 64  # tables (a reload makes a new one; the old ones age out)
+_PROGRAMS_LOCK = threading.Lock()
+
+
+def _program(rules: Sequence[Rule]) -> _Program:
+    """The table compiled, once per table: a routes file's rules are a tuple, never changed
+    (a list may be: compiled each time)."""
+    if not isinstance(rules, tuple):
+        return _compile_table(rules)
+    found = _PROGRAMS.get(id(rules))
+    if found is not None and found[0] is rules:
+        return found[1]
+    program = _compile_table(rules)
+    with _PROGRAMS_LOCK:
+        while len(_PROGRAMS) >= _PROGRAMS_KEPT:
+            del _PROGRAMS[next(iter(_PROGRAMS))]
+        _PROGRAMS[id(rules)] = (rules, program)  # held: its id is not reused while here
+    return program
+
+
+def _compile_table(rules: Sequence[Rule]) -> _Program:
+    patterns: list[str] = []
+    steps = tuple((rule, _compile(rule.when, patterns)) for rule in rules)
+    return _Program(steps, _alternation(patterns))
+
+
+def _alternation(patterns: list[str]) -> Any:
+    """All `patterns` as one RE2 alternation: it matches where any of them does (each in its
+    own group, so its flags stay its own). None when there are none, or RE2 refuses the whole
+    (too large): then each pattern is searched on its own."""
+    if not patterns:
+        return None
+    joined = "|".join(f"(?:{pattern})" for pattern in dict.fromkeys(patterns))
+    try:
+        return compile_regex(joined.encode("utf-8"))
+    except ValueError:
+        return None
+
+
+def _compile(condition: Condition, patterns: list[str]) -> Test:
+    """The condition as one test: its kinds in evaluation order, all of which must hold."""
+    tests = tuple(
+        _compile_part(kind, value, text, patterns) for kind, value, text in condition.parts()
+    )
+    if len(tests) == 1:
+        return tests[0]
+
+    # Plain loops, not all()/any() over a generator: a third faster for every rule of every
+    # request (bench --phases routing).
+    def every(walk: _Walk) -> bool:
+        for test in tests:  # noqa: SIM110
+            if not test(walk):
                 return False
         return True
 
-    def _combined(self, kind: str, value: Any, text: str) -> bool:
-        """A combinator over children, or a model-backed condition."""
-        if kind == "any":
-            return any(self.holds(child) for child in value)
-        if kind == "all":
-            return all(self.holds(child) for child in value)
-        if kind == "not_":
-            return not self.holds(value)
-        return self._model_backed(value, text)
+    return every
 
-    def _model_backed(self, condition: ModelCondition, text: str) -> bool:
-        found = self.results.get(condition)
+
+def _compile_part(kind: str, value: Any, text: str, patterns: list[str]) -> Test:
+    if kind == "any":
+        return _any(tuple(_compile(child, patterns) for child in value))
+    if kind == "all":
+        return _all(tuple(_compile(child, patterns) for child in value))
+    if kind == "not_":
+        inner = _compile(value, patterns)
+        return lambda walk: not inner(walk)
+    if kind in ("similar_to", "classify"):
+        return _model_backed(value, text)
+    entries = (TraceEntry(text, False), TraceEntry(text, True))
+    if kind == "regex":
+        return _regex(value, entries, patterns)
+    return _LEAVES[kind](value, entries)
+
+
+def _any(children: tuple[Test, ...]) -> Test:
+    def any_holds(walk: _Walk) -> bool:
+        for child in children:  # noqa: SIM110 (as `every`)
+            if child(walk):
+                return True
+        return False
+
+    return any_holds
+
+
+def _all(children: tuple[Test, ...]) -> Test:
+    def all_hold(walk: _Walk) -> bool:
+        for child in children:  # noqa: SIM110 (as `every`)
+            if not child(walk):
+                return False
+        return True
+
+    return all_hold
+
+
+Entries = tuple[TraceEntry, TraceEntry]  # a leaf's trace entry when false, when true
+
+
+def _keywords(words: tuple[str, ...], entries: Entries, every: bool) -> Test:
+    folded = tuple(dict.fromkeys(ascii_fold(word) for word in words))
+    if len(folded) == 1:  # the common case, without a map
+        (word,) = folded
+
+        def keyword(walk: _Walk) -> bool:
+            held = word in walk.given.folded
+            walk.add(entries[held])
+            return held
+
+        return keyword
+    combine = all if every else any
+
+    def keywords(walk: _Walk) -> bool:
+        held = combine(map(walk.given.folded.__contains__, folded))
+        walk.add(entries[held])
+        return held
+
+    return keywords
+
+
+def _regex(pattern: str, entries: Entries, patterns: list[str]) -> Test:
+    """Searched over the text's UTF-8 bytes (RE2 matches UTF-8 either way, and bytes spare its
+    wrapper an encoding and offset mapping per search), unless the table's alternation found
+    nothing. A pattern quoting with \\Q may quote past its own group: searched on its own."""
+    compiled = compile_regex(pattern.encode("utf-8"))
+    filtered = "\\Q" not in pattern
+    if filtered:
+        patterns.append(pattern)
+
+    def regex(walk: _Walk) -> bool:
+        held = (not filtered or walk.some_regex_matches()) and bool(
+            compiled.search(walk.given.utf8)
+        )
+        walk.add(entries[held])
+        return held
+
+    return regex
+
+
+def _chars(least: bool) -> Callable[[int, Entries], Test]:
+    """The text's UTF-8 bytes at least (min_chars) or at most (max_chars) a bound, inclusive."""
+
+    def leaf(bound: int, entries: Entries) -> Test:
+        def at_least(walk: _Walk) -> bool:
+            held = walk.given.utf8_bytes >= bound
+            walk.add(entries[held])
+            return held
+
+        def at_most(walk: _Walk) -> bool:
+            held = walk.given.utf8_bytes <= bound
+            walk.add(entries[held])
+            return held
+
+        return at_least if least else at_most
+
+    return leaf
+
+
+def _tokens(least: bool) -> Callable[[int, Entries], Test]:
+    """The prompt's tokens at least (min_prompt_tokens) or at most (max_) a bound, inclusive."""
+
+    def leaf(bound: int, entries: Entries) -> Test:
+        def tokens(walk: _Walk) -> bool:
+            count = walk.tokens()
+            held = count >= bound if least else count <= bound
+            walk.add(entries[held])
+            return held
+
+        return tokens
+
+    return leaf
+
+
+def _flag(read: Callable[[RouteInput], bool]) -> Callable[[bool, Entries], Test]:
+    def leaf(wanted: bool, entries: Entries) -> Test:
+        def flag(walk: _Walk) -> bool:
+            held = read(walk.given) == wanted
+            walk.add(entries[held])
+            return held
+
+        return flag
+
+    return leaf
+
+
+def _metadata(match: MetadataMatch, entries: Entries) -> Test:
+    """One key of the metadata; a value that is empty or only whitespace counts as absent."""
+    check = _metadata_check(match)
+    key = match.key
+
+    def metadata(walk: _Walk) -> bool:
+        held = check(walk.given.metadata.get(key))
+        walk.add(entries[held])
+        return held
+
+    return metadata
+
+
+def _present(value: Any) -> bool:
+    # Not empty and not only whitespace (as strip() judges whitespace).
+    return isinstance(value, str) and value != "" and not value.isspace()
+
+
+def _metadata_check(match: MetadataMatch) -> Callable[[Any], bool]:
+    if match.exists is not None:
+        wanted = match.exists
+        return lambda value: _present(value) == wanted
+    if match.equals is not None:
+        equals, usable = match.equals, _present(match.equals)  # "" never matches
+        return lambda value: usable and value == equals
+    listed = frozenset(match.any or ())
+
+    def any_listed(value: Any) -> bool:
+        if not _present(value):
+            return False
+        return value in listed or not listed.isdisjoint(map(str.strip, value.split(",")))
+
+    return any_listed
+
+
+def _queued_over(value: QueuedOver, entries: Entries) -> Test:
+    route, most = value.route, value.requests
+
+    def queued(walk: _Walk) -> bool:
+        held = walk.given.waiting(route) > most
+        walk.add(entries[held])
+        return held
+
+    return queued
+
+
+_LEAVES: dict[str, Callable[[Any, Entries], Test]] = {
+    "keywords_any": lambda words, entries: _keywords(words, entries, every=False),
+    "keywords_all": lambda words, entries: _keywords(words, entries, every=True),
+    "min_chars": _chars(least=True),
+    "max_chars": _chars(least=False),
+    "min_prompt_tokens": _tokens(least=True),
+    "max_prompt_tokens": _tokens(least=False),
+    "has_tools": _flag(lambda given: given.has_tools),
+    "has_images": _flag(lambda given: given.has_images),
+    "metadata": _metadata,
+    "queued_over": _queued_over,
+}
+
+
+def _model_backed(condition: ModelCondition, text: str) -> Test:
+    def model_backed(walk: _Walk) -> bool:
+        found = walk.results.get(condition)
         if found is None:
-            raise _NeedsModel(condition)
+            raise _Needs(condition)
         result = _model_result(condition, found)
-        self.trace.append(
+        walk.add(
             TraceEntry(
                 text,
                 result,
@@ -209,6 +473,8 @@ class _Walk:
             )
         )
         return result
+
+    return model_backed
 
 
 def _picked(condition: ModelCondition, found: ModelResult) -> str | None:
@@ -228,44 +494,3 @@ def _model_result(condition: ModelCondition, found: ModelResult) -> bool:
     if found.error is not None or condition.min_score is None:
         return True
     return found.score is not None and found.score >= condition.min_score
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled(pattern: str) -> Any:
-    """The pattern as UTF-8 bytes, searched over the text's UTF-8 bytes: RE2 matches UTF-8
-    either way, and bytes spare its wrapper an encoding and offset mapping per search."""
-    return compile_regex(pattern.encode("utf-8"))
-
-
-def _metadata(given: RouteInput, match: MetadataMatch) -> bool:
-    value = given.metadata.get(match.key)
-    present = isinstance(value, str) and bool(value.strip())
-    if match.exists is not None:
-        return present == match.exists
-    if not present:
-        return False
-    assert isinstance(value, str)
-    if match.equals is not None:
-        return value == match.equals
-    listed = set(match.any or ())
-    return value in listed or any(token.strip() in listed for token in value.split(","))
-
-
-@functools.lru_cache(maxsize=4096)
-def _folded(words: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(ascii_fold(word) for word in words)
-
-
-_LEAVES: dict[str, Callable[[RouteInput, Any], bool]] = {
-    "keywords_any": lambda g, words: any(map(g.folded.__contains__, _folded(words))),
-    "keywords_all": lambda g, words: all(map(g.folded.__contains__, _folded(words))),
-    "regex": lambda g, pattern: _compiled(pattern).search(g.utf8) is not None,
-    "min_chars": lambda g, least: g.utf8_bytes >= least,
-    "max_chars": lambda g, most: g.utf8_bytes <= most,
-    "min_prompt_tokens": lambda g, least: g.tokens >= least,
-    "max_prompt_tokens": lambda g, most: g.tokens <= most,
-    "has_tools": lambda g, wanted: g.has_tools == wanted,
-    "has_images": lambda g, wanted: g.has_images == wanted,
-    "metadata": _metadata,
-    "queued_over": lambda g, q: g.waiting(q.route) > q.requests,
-}

@@ -118,6 +118,8 @@ async def route_by_content(
     results: dict[SimilarTo | Classify, ModelResult] = {}
     while isinstance(outcome := decide(task, route.rules, given, results), Pending):
         condition = outcome.condition
+        if condition is None:  # the count is given before deciding: never asked for
+            raise AssertionError("the prompt's token count was not given")
         results[condition] = await oracle.resolve(runtime, routes, route, condition, inputs.text)
     if outcome.route_to == task:
         return Routed(task, route, outcome)

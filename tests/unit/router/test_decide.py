@@ -93,6 +93,47 @@ def test_regex_matches_characters_not_bytes() -> None:
     assert holds({"regex": "^[à-ÿ]{3}$"}, "éñü")
 
 
+def matched(rules: tuple[Rule, ...], text: str) -> str | None:
+    decision = decide("task", rules, RouteInput(text))
+    assert isinstance(decision, Decision)
+    return decision.matched_rule
+
+
+def test_a_table_s_patterns_are_searched_together_each_with_its_own_flags() -> None:
+    """A table's patterns are first searched as one alternation: a pattern's flags, anchors
+    and alternatives stay its own in it."""
+    table = (
+        rule({"regex": "(?i)alpha"}, id="folded"),
+        rule({"regex": "BETA|GAMMA"}, id="either"),
+        rule({"regex": "^def "}, id="anchored"),
+    )
+    assert matched(table, "ALPHA") == "folded"
+    assert matched(table, "beta") is None  # (?i) ends with its own pattern
+    assert matched(table, "a GAMMA ray") == "either"
+    assert matched(table, "def f(): pass") == "anchored"
+    assert matched(table, "x = 1\ndef f(): pass") is None  # ^ is the text's start
+
+
+def test_a_pattern_quoting_with_q_is_searched_on_its_own() -> None:
+    r"""`\Q` quotes to its pattern's end, or its `\E`: in an alternation it would quote past its
+    own group (`(?:\Qa)|(?:\Qc\Eb)` matches only `a)|(?:\Qcb`)."""
+    table = (rule({"regex": r"\Qa"}, id="quoted"), rule({"regex": r"\Qc\Eb"}, id="ended"))
+    assert matched(table, "a") == "quoted"
+    assert matched(table, "cb") == "ended"
+    assert matched(table, "b") is None
+
+
+def test_a_table_is_compiled_once_and_evaluated_alike_every_time() -> None:
+    table = (rule({"keywords_any": ["def "], "max_chars": 40}, id="code"),)
+    first, again = (decide("task", table, RouteInput("def f(): pass")) for _ in range(2))
+    assert first == again
+    assert isinstance(first, Decision)
+    assert [entry.as_dict() for entry in first.trace] == [
+        {"condition": 'keywords_any: ["def "]', "result": True},
+        {"condition": "max_chars: 40", "result": True},
+    ]
+
+
 # --- lengths: UTF-8 bytes, inclusive; prompt tokens as the model counts them -------------------
 
 
