@@ -33,7 +33,7 @@ __all__ = ["GRAMMARS", "GrammarChecker", "GrammarLimits"]
 log = logging.getLogger("zest.engines")
 
 _CHILD = Path(__file__).with_name("_grammar_child.py")
-_FIX = "remove or simplify that part of the schema (zest's limits: README, Structured outputs)"
+_FIX = "remove or simplify that part of the schema (zest's limits: docs/structured-outputs.md)"
 
 
 @dataclass(frozen=True)

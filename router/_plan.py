@@ -255,7 +255,7 @@ def _no_attempt_error(p: _Planner) -> BadRequestError | DeviceUnavailableError:
     return BadRequestError(
         f"task {p.task!r} has no attempt that can honour {' and '.join(asked)}: {lacking}: "
         f"remove {' and '.join(asked)} from the request, or route the task to a model whose "
-        "engine honours it (README, Engines and their capabilities)",
+        "engine honours it (docs/policies.md, Engines and their capabilities)",
         param=next(iter(asked)),
     )
 

@@ -23,7 +23,7 @@ from zest.errors import shown
 
 __all__ = ["SCHEMA_LIMITS", "BoundedJsonSchema", "SchemaLimits", "check_json_schema"]
 
-_README = "(zest's limits: README, Structured outputs)"
+_LIMITS = "(zest's limits: docs/structured-outputs.md)"
 # Keywords whose values are subschemas, each a mapping or a list of them.
 _ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
 _MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -32,7 +32,7 @@ _NAMED = ("properties", "$defs", "definitions", "patternProperties")
 
 @dataclass(frozen=True)
 class SchemaLimits:
-    """What one request's schema may ask for (README, Structured outputs, lists them)."""
+    """What one request's schema may ask for (docs/structured-outputs.md lists them)."""
 
     depth: int = 16  # subschemas nested in one another
     subschemas: int = 2_000  # in the whole schema
@@ -75,13 +75,13 @@ class _Walk:
         if depth > self.limits.depth:
             raise ValueError(
                 f"{_where(path)}: the schema nests deeper than zest's limit of "
-                f"{self.limits.depth} levels: flatten it {_README}"
+                f"{self.limits.depth} levels: flatten it {_LIMITS}"
             )
         self.subschemas += 1
         if self.subschemas > self.limits.subschemas:
             raise ValueError(
                 f"{_where(path)}: the schema has more than zest's limit of "
-                f"{self.limits.subschemas} subschemas: split the task or simplify it {_README}"
+                f"{self.limits.subschemas} subschemas: split the task or simplify it {_LIMITS}"
             )
         self._counts(schema, path)
         self._values(schema, path)
@@ -103,7 +103,7 @@ class _Walk:
             if value is not None and value > most:
                 raise ValueError(
                     f"{_where((*path, keyword))}: {keyword} {value} is over zest's limit of "
-                    f"{most}: {fix} {_README}"
+                    f"{most}: {fix} {_LIMITS}"
                 )
 
     def _values(self, schema: Mapping[str, Any], path: tuple[str, ...]) -> None:
@@ -116,13 +116,13 @@ class _Walk:
             raise ValueError(
                 f"{_where((*path, 'enum'))}: the schema lists more than zest's limit of "
                 f"{self.limits.enum_values} enum/const values: send fewer, or a pattern "
-                f"{_README}"
+                f"{_LIMITS}"
             )
         if self.enum_bytes > self.limits.enum_bytes:
             raise ValueError(
                 f"{_where((*path, 'enum'))}: the schema's enum/const values are over zest's "
                 f"limit of {self.limits.enum_bytes} bytes in all: send fewer or shorter "
-                f"values {_README}"
+                f"values {_LIMITS}"
             )
 
 
@@ -218,14 +218,14 @@ def _check_pattern(pattern: str, path: tuple[str, ...], limits: SchemaLimits) ->
     if len(pattern) > limits.pattern_chars:
         raise ValueError(
             f"{_where(path)}: the pattern is {len(pattern)} characters, over zest's limit of "
-            f"{limits.pattern_chars}: shorten it {_README}"
+            f"{limits.pattern_chars}: shorten it {_LIMITS}"
         )
     expansion = _PatternSize(pattern, limits, path).total()
     if expansion > limits.pattern_expansion:
         raise ValueError(
             f"{_where(path)}: the pattern's repetitions expand to {expansion} atoms, over "
             f"zest's limit of {limits.pattern_expansion}: lower its {{m,n}} counts "
-            f"{_README}"
+            f"{_LIMITS}"
         )
 
 
@@ -285,7 +285,7 @@ class _PatternSize:
         if most > self.limits.repetitions:
             raise ValueError(
                 f"{_where(self.path)}: {{{body}}} repeats {most} times, over zest's limit of "
-                f"{self.limits.repetitions}: lower it {_README}"
+                f"{self.limits.repetitions}: lower it {_LIMITS}"
             )
         return max(most, 1)
 

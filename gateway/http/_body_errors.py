@@ -86,7 +86,7 @@ def _message(err: ErrorDetails, schema: type[BaseModel], siblings: list[ErrorDet
     return f"{text}: send {_EXPECTED[kind]}" if kind in _EXPECTED else text
 
 
-_REMOVE = "remove it (the README lists them)"
+_REMOVE = "remove it (docs/http-api.md lists them)"
 
 
 def _part_of_another_kind(err: ErrorDetails, path: tuple[int | str, ...]) -> str | None:

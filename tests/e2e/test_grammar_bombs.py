@@ -69,7 +69,7 @@ def test_a_full_size_bomb_is_a_400_naming_the_limit(
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
     assert message in error["message"]
-    assert "(zest's limits: README, Structured outputs)" in error["message"]
+    assert "(zest's limits: docs/structured-outputs.md)" in error["message"]
     assert error["type"] == "invalid_request_error"
 
 

@@ -149,7 +149,7 @@ def test_logit_bias_is_refused_on_onnx_genai_naming_the_way_out(client: openai.O
     assert refused.value.message == (
         "task 'chat' has no attempt that can honour logit_bias: smollm2-onnx (onnx-genai) "
         "cannot honour logit_bias: remove logit_bias from the request, or route the task to a "
-        "model whose engine honours it (README, Engines and their capabilities)"
+        "model whose engine honours it (docs/policies.md, Engines and their capabilities)"
     )
 
 

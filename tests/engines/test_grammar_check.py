@@ -56,7 +56,7 @@ def test_a_parser_crash_kills_only_the_child() -> None:
         assert message == (
             "response_format: llama.cpp cannot constrain the output to this JSON Schema "
             "(llama.cpp could not parse the grammar made of it (the check crashed)): remove or "
-            "simplify that part of the schema (zest's limits: README, Structured outputs)"
+            "simplify that part of the schema (zest's limits: docs/structured-outputs.md)"
         )
         assert checker.restarts == 1
         assert grammar(checker, STRING)  # a new child answers the next schema

@@ -452,7 +452,7 @@ def test_no_attempt_able_to_honour_the_request_is_a_400_naming_each() -> None:
         "task 't' has no attempt that can honour logprobs and logit_bias: small (onnx-genai) "
         "cannot honour logprobs and logit_bias; upstream (remote) cannot honour logprobs and "
         "logit_bias: remove logprobs and logit_bias from the request, or route the task to a "
-        "model whose engine honours it (README, Engines and their capabilities)"
+        "model whose engine honours it (docs/policies.md, Engines and their capabilities)"
     )
 
 

@@ -11,7 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from zest.router import SCHEMA_LIMITS, BoundedJsonSchema, check_json_schema
 
-LIMITS = "(zest's limits: README, Structured outputs)"
+LIMITS = "(zest's limits: docs/structured-outputs.md)"
 
 
 def refusal(schema: Any) -> str:
