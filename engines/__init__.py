@@ -129,7 +129,7 @@ def _llamacpp_engine(
     return kind(model_id, config, base_dir, placement)
 
 
-# What each kind honours (README, Engines and their capabilities). Fill-in-the-middle also
+# What each kind honours (docs/policies.md, Engines and their capabilities). Fill-in-the-middle also
 # needs a model with FIM tokens, which its tokenizer checks.
 register_engine(
     EngineKind(

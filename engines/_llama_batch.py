@@ -8,7 +8,7 @@ once, and a step never holds more prompt than the budget: the streams already ru
 most one budgeted step for their next token. A lone request is prefilled in `n_batch` chunks and
 decoded a token a step, exactly as llama-cpp-python does it (its tokens are identical); under
 concurrency the batch's shape depends on what else runs, so a greedy stream can, at a near-tie,
-differ from the same request alone (README). Admission is the runner's (engines/_runner.py:
+differ from the same request alone (docs/serving.md). Admission is the runner's (engines/_runner.py:
 route priority, then arrival; `slots + max_queue` requests in the system, more refused with
 429): what it lets through starts here in arrival order as slots free.
 """

@@ -18,7 +18,7 @@ __all__ = ["PrefixCache"]
 MIN_TOKENS = 16  # shorter prompts are not worth a sequence id
 # Tokens always evaluated anew at the end of a prompt, so that the first token's logits come from
 # a batch of ordinary size rather than a lone token (llama.cpp picks its kernels by batch size).
-# Reused KV is still not bit-identical to a recomputed one (README: a near-tie may flip).
+# Reused KV is still not bit-identical to a recomputed one (docs/serving.md: a near-tie may flip).
 MIN_TAIL = 32
 
 

@@ -59,7 +59,7 @@ def ascii_fold(text: str) -> str:
 class RouteInput:
     """What the rules may look at in one request."""
 
-    text: str  # the routing text (README, Routing by content: which part of the request)
+    text: str  # the routing text (docs/routing.md: which part of the request)
     metadata: Mapping[str, Any] = field(default_factory=dict)
     has_tools: bool = False
     has_images: bool = False

@@ -87,7 +87,7 @@ class LlamaCppOptions(_Strict):
     parallel: int = Field(default=4, ge=1, le=64)
     # Tokens of recent prompts whose KV is kept for reuse by later requests (the shared system
     # prompt, a conversation's earlier turns); None: as many as the context_length; 0: off.
-    # Reused KV is not bit-identical to a recomputed one (see README).
+    # Reused KV is not bit-identical to a recomputed one (see docs/serving.md).
     prefix_cache_tokens: int | None = Field(default=None, ge=0)
     # Prompts kept at once within that budget: how many conversations stay warm. Kept cells stay
     # in the unified KV that each decode step scans, so fewer entries make steps cheaper where
@@ -505,9 +505,9 @@ class RouteConfig(_Strict):
     tools: Literal["allow", "deny"] = "allow"
     # Speculative decoding (llamacpp models): None, off.
     speculative: Speculation | None = None
-    # Latency objectives (None: the file's top-level slo, if any); README, "SLOs and alerts".
+    # Latency objectives (None: the file's top-level slo, if any); docs/slos.md.
     slo: Slo | None = None
-    # Routing by content (README, "Routing by content"): tried top to bottom, first match
+    # Routing by content (docs/routing.md): tried top to bottom, first match
     # sends the request to its route; none: this route serves it.
     rules: tuple[Rule, ...] = ()
     # similar_to's labels: reference phrases per label (over the file's, for this route).

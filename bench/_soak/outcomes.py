@@ -1,11 +1,12 @@
 """What one soak request set out to do, how it ended, and whether that ending is what zest
-documents (README: HTTP API errors, Fallback chains, The remote engine). Pure: no I/O.
+documents (docs/http-api.md: Errors; docs/policies.md: Fallback chains, The remote engine).
+Pure: no I/O.
 
 A request fails when it did not end as expected:
 - a disconnect the harness caused is never a failure;
 - a stream must end with `data: [DONE]` or an error event: a stream that just stops (or whose
   connection breaks) is a silent cut;
-- an error (status or event) is expected only where the README says it is: an upstream that
+- an error (status or event) is expected only where the docs say it is: an upstream that
   cuts its stream after the first token (an `engine_error` event, or a 500 for a request that
   is not streamed), zest's own full admission queue (429 `overloaded`); on the route whose
   upstream has a local fallback, every fault before the first token must still be served;
@@ -108,7 +109,7 @@ class Verdict:
     failed: bool
 
 
-# The codes README documents for a 5xx answer (an EngineError has no code: its type).
+# The codes the docs document for a 5xx answer (an EngineError has no code: its type).
 DOCUMENTED_5XX = frozenset(
     {
         "device_unavailable",

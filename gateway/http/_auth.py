@@ -1,6 +1,6 @@
 """Who may call which route: bearer API keys, the admin key, and the probes left open.
 
-Rules (README, Security):
+Rules (docs/security.md):
 - no API keys configured: the API is open (the default, for a loopback-bound server);
 - API keys configured: every route needs one (or the admin key), except the liveness and
   readiness probes and OPTIONS requests (CORS preflights never carry credentials);

@@ -4,7 +4,7 @@ A server that needs no key trusts whatever reaches it, and a browser on the mach
 it for any page it opens:
 - DNS rebinding: a page at http://rebind.evil.example:8000/ whose name the attacker then points
   at 127.0.0.1 calls zest as its own origin; only the `Host` header still says
-  rebind.evil.example. A loopback bind answers loopback names only (README, Security);
+  rebind.evil.example. A loopback bind answers loopback names only (docs/security.md);
 - cross-site requests: any page may POST to any address without asking first (no CORS
   preflight) if the body is a form's (urlencoded, multipart, text/plain) or there is none. The
   browser says where it comes from in `Origin`: a request that changes anything is taken only

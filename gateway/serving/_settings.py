@@ -31,14 +31,14 @@ class Settings(BaseSettings):
     replica_name: str = ""
     # On SIGTERM: how long requests in flight may go on before they are ended with an error.
     shutdown_grace_s: float = Field(default=20.0, ge=0, le=3600)
-    # Security (README, Security). Keys are SecretStr so that no repr or log shows them; the
+    # Security (docs/security.md). Keys are SecretStr so that no repr or log shows them; the
     # lists are plain comma-separated strings (pydantic-settings would parse a list as JSON).
     api_keys: SecretStr = SecretStr("")  # empty: no auth on the API
     api_keys_file: Path | None = None  # more API keys, one a line (# comments allowed)
     admin_key: SecretStr = SecretStr("")
     max_body_bytes: PositiveInt = 8 * 1024 * 1024
     cors_origins: str = ""  # empty: CORS off
-    # Host names the server answers to beyond its defaults (README, Security): a loopback bind
+    # Host names the server answers to beyond its defaults (docs/security.md): a loopback bind
     # takes only loopback names, so that a page that rebinds its DNS name to 127.0.0.1 gets
     # nothing; `*`: any (behind a proxy that sends its own name).
     allowed_hosts: str = ""

@@ -36,7 +36,7 @@ def test_summaries_of_real_paragraphs_do_not_copy_them(server: Server, tmp_path:
     """examples/evals/summarization-paragraphs.jsonl: 14 paragraphs (news, docs, e-mails,
     minutes, a recipe...), each summary checked for copied 8-word phrases and length. The route
     before its tuning passed none (copied 0.27 of its phrases on average, at 0.74 of the text's
-    length); the tuned one passes most (README, Calling the default tasks: the figures)."""
+    length); the tuned one passes most (docs/default-tasks.md: the figures)."""
     report = tmp_path / "report.json"
     result = zest_eval(str(PARAGRAPHS), "--url", server.base_url, "--json", str(report))
     assert result.returncode in (0, 1), result.stdout + result.stderr

@@ -235,7 +235,7 @@ def test_n_gives_that_many_choices_sampled_apart(client: openai.OpenAI) -> None:
     assert reply.usage is not None
     assert 3 <= reply.usage.completion_tokens <= 36
     # A seeded single choice is repeatable (n > 1 shares decode steps as the choices come, so
-    # a near-tie may differ between runs: README).
+    # a near-tie may differ between runs: docs/http-api.md).
     once, again = (
         client.chat.completions.create(
             model="chat", messages=QUESTION, max_tokens=12, temperature=1.0, seed=7

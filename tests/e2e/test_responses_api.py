@@ -62,7 +62,7 @@ def test_text_in_text_out_with_instructions_and_usage(client: openai.OpenAI) -> 
     )
     assert chat.usage is not None
     assert chat.usage.prompt_tokens == usage.input_tokens
-    # Not the answers' text: two greedy runs of one prompt can part at a near-tie (README,
+    # Not the answers' text: two greedy runs of one prompt can part at a near-tie (docs/serving.md,
     # Prefix reuse), and on CI this one did. tests/unit/gateway/test_responses_request.py
     # checks the turns themselves.
 

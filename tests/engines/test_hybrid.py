@@ -85,7 +85,7 @@ def test_streams_decode_together(
 ) -> None:
     # Token-for-token equality with lone runs is not asserted here: llama.cpp's CPU attention is
     # not bit-invariant to how full the KV cache is, so a stream decoding beside another can
-    # flip a near-tie greedy token (see README, "Continuous batching").
+    # flip a near-tie greedy token (see docs/serving.md, "Known limit").
     _, hybrid = engines
     # The first is long and already decoding when the second arrives, so they must overlap
     # (two jobs started together could, on a loaded machine, decode one after the other).

@@ -1,4 +1,4 @@
-"""The routing decision's semantics, one test per line of README's table (Lemonade's, so a
+"""The routing decision's semantics, one test per line of docs/routing.md's table (Lemonade's, so a
 policy moved from there behaves the same), the combinators, and model-backed conditions
 resolved lazily by the caller."""
 
