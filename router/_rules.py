@@ -15,6 +15,7 @@ content, has the semantics table):
     queued_over                   {route, requests}: that route's model has more waiting
     similar_to                    {via: EMBED_ROUTE, label, min_score}: cosine to the phrases
     classify                      {via: ROUTE, labels, prompt, label, min_score?}: a model picks
+                                  (both: timeout_s, on_error, max_input_chars of the text read)
     any / all / not               combinators
 
 Validated at load: the evaluation (router/_decide.py) never meets a malformed rule.
@@ -40,6 +41,8 @@ __all__ = [
 ]
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# What a model-backed condition reads of the routing text by default (characters, its start).
+MAX_INPUT_CHARS = 2048
 
 
 class _Strict(BaseModel):
@@ -108,6 +111,9 @@ class QueuedOver(_Strict):
 class _ModelBacked(_Strict):
     via: str  # the route of this file that serves the condition
     timeout_s: float = Field(default=2.0, gt=0, le=120)
+    # The model reads the routing text's first this many characters: its time grows with its
+    # input, and a time-out ends only the wait, not a computation that has begun.
+    max_input_chars: int = Field(default=MAX_INPUT_CHARS, ge=1, le=1_000_000)
     # What a time-out or an error means: the condition does not match, or (classify) the
     # label is taken as `default_label`.
     on_error: Literal["no_match", "default_label"] = "no_match"

@@ -32,7 +32,7 @@ from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._requests import ChatMessage, SamplingFields
-from zest.gateway.serving._routing import Routed, RouteInputs, route_by_content, uses_token_count
+from zest.gateway.serving._routing import Routed, RouteInputs, route_by_content
 from zest.gateway.serving._runtime import Runtime
 from zest.gateway.serving._timeouts import Deadline, first_delta, next_delta
 from zest.gateway.serving._tokens import Tokens
@@ -280,11 +280,12 @@ async def route_request(
         # The request sends tools (tool_choice none included: the rules read what was sent).
         has_tools=bool(getattr(body, "tools", None)) or inputs.get("tools") is not None,
     )
-    counted = 0
-    if uses_token_count(route):
+
+    async def count_tokens(over: int) -> int:  # only if a rule reaches a token condition
         asked = build_prompt(route, kind, messages, prompt, inputs.get("tools"))
-        counted = await runtime.count_prompt(routes, route.model, asked)
-    return await route_by_content(runtime, routes, name, route, given, prompt_tokens=counted)
+        return await runtime.count_prompt(routes, route.model, asked, over=over)
+
+    return await route_by_content(runtime, routes, name, route, given, count_tokens=count_tokens)
 
 
 def routing_text(messages: Sequence[ChatMessage] | None, prompt: str | None) -> str:

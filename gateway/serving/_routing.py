@@ -5,7 +5,10 @@ run). Here are what it reads from a request (the routing text, metadata, flags, 
 and the model-backed conditions it may ask for: a similar_to embeds the text with its route
 (phrases embedded once per routes table), a classify asks its route for one label (the answer
 constrained to the labels). Each runs as an ordinary request of its route, only when the
-evaluation reaches it, within its timeout, and its result is cached by condition and text.
+evaluation reaches it, within its timeout, over at most its max_input_chars of the text, and
+its result is cached by condition and text. The prompt's tokens are counted the same way: only
+when a rule reaches a token condition, and not at all when the prompt's length alone says it
+is over every bound of the route's token conditions.
 
 Privacy only tightens along a rule: the target route serves with the stricter of the two
 privacies, and a model-backed condition never sends a local_only route's text out.
@@ -19,7 +22,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,16 +50,22 @@ if TYPE_CHECKING:  # the runtime holds an oracle: the module is imported by _run
 
 __all__ = [
     "ConditionObserver",
+    "ConditionQuery",
     "RouteInputs",
     "Routed",
     "RoutingOracle",
+    "TokenCounter",
     "route_by_content",
-    "uses_token_count",
+    "token_bound",
 ]
 
 log = logging.getLogger("zest.gateway")
 
 _TOKEN_KINDS = ("min_prompt_tokens", "max_prompt_tokens")
+
+# Counts the prompt's tokens with the calling route's model; any count over the bound it is
+# given decides every token condition alike, so one known from the prompt's length alone will do.
+TokenCounter = Callable[[int], Awaitable[int]]
 
 
 @dataclass(frozen=True)
@@ -83,13 +92,17 @@ class Routed:
         return None if self.decision is None else self.decision.rule_label
 
 
-def uses_token_count(route: RouteConfig) -> bool:
-    return any(
-        getattr(condition, kind) is not None
+def token_bound(route: RouteConfig) -> int | None:
+    """The largest bound of the route's min_/max_prompt_tokens conditions (None: it has none):
+    a prompt surely longer is decided for all of them without being tokenized."""
+    bounds = [
+        bound
         for rule in route.rules
         for condition, _ in walk_conditions(rule.when, "")
         for kind in _TOKEN_KINDS
-    )
+        if (bound := getattr(condition, kind)) is not None
+    ]
+    return max(bounds, default=None)
 
 
 async def route_by_content(
@@ -99,28 +112,32 @@ async def route_by_content(
     route: RouteConfig,
     inputs: RouteInputs,
     *,
-    prompt_tokens: int = 0,
+    count_tokens: TokenCounter,
     oracle: RoutingOracle | None = None,
 ) -> Routed:
     """Evaluate `route`'s rules over the request; the target serves with everything it
-    declares (one hop: its own rules are not applied), its privacy tightened to the caller's."""
+    declares (one hop: its own rules are not applied), its privacy tightened to the caller's.
+    The prompt is counted only when a rule reaches a token condition."""
     if not route.rules:
         return Routed(task, route, Decision(task, None), ruled=False)
+    counted: list[int] = []
     given = RouteInput(
         inputs.text,
         inputs.metadata,
         inputs.has_tools,
         inputs.has_images,
-        prompt_tokens=lambda: prompt_tokens,
+        prompt_tokens=lambda: counted[0] if counted else None,
         waiting=lambda name: runtime.waiting_for(routes, name),
     )
     oracle = oracle or runtime.oracle
     results: dict[SimilarTo | Classify, ModelResult] = {}
     while isinstance(outcome := decide(task, route.rules, given, results), Pending):
         condition = outcome.condition
-        if condition is None:  # the count is given before deciding: never asked for
-            raise AssertionError("the prompt's token count was not given")
-        results[condition] = await oracle.resolve(runtime, routes, route, condition, inputs.text)
+        if condition is None:
+            counted.append(await count_tokens(token_bound(route) or 0))
+            continue
+        query = ConditionQuery(runtime, routes, route, condition, inputs.text)
+        results[condition] = await oracle.resolve(query)
     if outcome.route_to == task:
         return Routed(task, route, outcome)
     target = routes.config.routes[outcome.route_to]
@@ -130,6 +147,32 @@ async def route_by_content(
 # Told of each model-backed evaluation: its kind (similar_to, classify), its seconds (0.0 when
 # cached) and whether the result came from the cache.
 ConditionObserver = Callable[[str, float, bool], None]
+
+
+@dataclass(frozen=True)
+class ConditionQuery:
+    """One model-backed condition asked of one request's text: all that resolving it reads."""
+
+    runtime: Runtime
+    routes: LoadedRoutes
+    caller: RouteConfig  # the route whose rules ask: its privacy binds the condition's route
+    condition: SimilarTo | Classify
+    routing_text: str
+
+    @property
+    def text(self) -> str:
+        """What the model reads: the routing text's first max_input_chars characters (a
+        model's time grows with its input, and a time-out cannot stop a computation that has
+        begun: it ends only the wait for it)."""
+        return self.routing_text[: self.condition.max_input_chars]
+
+    @property
+    def kind(self) -> str:
+        return "similar_to" if isinstance(self.condition, SimilarTo) else "classify"
+
+    def key(self) -> tuple[int, Any, str]:
+        digest = hashlib.sha256(self.text.encode("utf-8", "replace")).hexdigest()
+        return (self.routes.serial, self.condition, digest)
 
 
 @dataclass
@@ -147,26 +190,14 @@ class RoutingOracle:
     # The metrics observe each model-backed evaluation (the request path imports no metrics).
     observers: list[ConditionObserver] = field(default_factory=list)
 
-    async def resolve(
-        self,
-        runtime: Runtime,
-        routes: LoadedRoutes,
-        caller: RouteConfig,
-        condition: SimilarTo | Classify,
-        text: str,
-    ) -> ModelResult:
-        key = (
-            routes.serial,
-            condition,
-            hashlib.sha256(text.encode("utf-8", "replace")).hexdigest(),
-        )
-        kind = "similar_to" if isinstance(condition, SimilarTo) else "classify"
+    async def resolve(self, query: ConditionQuery) -> ModelResult:
+        key = query.key()
         if (found := self.results.get(key)) is not None:
-            self._observe(kind, 0.0, cached=True)
+            self._observe(query.kind, 0.0, cached=True)
             return ModelResult(found.score, found.label, found.error, cached=True)
         started = time.perf_counter()
-        result = await self._timed(runtime, routes, caller, condition, text)
-        self._observe(kind, time.perf_counter() - started, cached=False)
+        result = await self._timed(query)
+        self._observe(query.kind, time.perf_counter() - started, cached=False)
         if result.error is None:  # a failure is tried again next time
             self.results[key] = result
         return result
@@ -175,19 +206,13 @@ class RoutingOracle:
         for observer in self.observers:
             observer(kind, seconds, cached)
 
-    async def _timed(
-        self,
-        runtime: Runtime,
-        routes: LoadedRoutes,
-        caller: RouteConfig,
-        condition: SimilarTo | Classify,
-        text: str,
-    ) -> ModelResult:
+    async def _timed(self, query: ConditionQuery) -> ModelResult:
+        condition = query.condition
         try:
             if isinstance(condition, SimilarTo):
-                work = self._similarity(runtime, routes, caller, condition, text)
+                work = self._similarity(query, condition)
             else:
-                work = _classify(runtime, routes, caller, condition, text)
+                work = _classify(query, condition)
             return await asyncio.wait_for(work, condition.timeout_s)
         except TimeoutError:
             return ModelResult(error=f"timed out after {condition.timeout_s:g} s")
@@ -195,30 +220,27 @@ class RoutingOracle:
             log.warning("routing condition via %s failed: %s", condition.via, exc.message)
             return ModelResult(error=exc.message)
 
-    async def _similarity(
-        self,
-        runtime: Runtime,
-        routes: LoadedRoutes,
-        caller: RouteConfig,
-        condition: SimilarTo,
-        text: str,
-    ) -> ModelResult:
+    async def _similarity(self, query: ConditionQuery, condition: SimilarTo) -> ModelResult:
         from zest.gateway.serving._embedding import embed_inputs  # it imports the runtime
 
-        phrases = await self._phrase_vectors(runtime, routes, caller, condition)
-        embedded = await embed_inputs(runtime, condition.via, [text or " "], privacy_of=caller)
+        phrases = await self._phrase_vectors(query, condition)
+        embedded = await embed_inputs(
+            query.runtime, condition.via, [query.text or " "], privacy_of=query.caller
+        )
         vector = embedded.result.vectors[0]
         return ModelResult(score=max(_cosine(vector, phrase) for phrase in phrases))
 
     async def _phrase_vectors(
-        self, runtime: Runtime, routes: LoadedRoutes, caller: RouteConfig, condition: SimilarTo
+        self, query: ConditionQuery, condition: SimilarTo
     ) -> list[tuple[float, ...]]:
         from zest.gateway.serving._embedding import embed_inputs
 
-        key = (routes.serial, condition.via, condition.label)
+        key = (query.routes.serial, condition.via, condition.label)
         if (vectors := self.phrases.get(key)) is None:
-            phrases = list(phrases_of(routes.config, caller)[condition.label])
-            embedded = await embed_inputs(runtime, condition.via, phrases, privacy_of=caller)
+            phrases = list(phrases_of(query.routes.config, query.caller)[condition.label])
+            embedded = await embed_inputs(
+                query.runtime, condition.via, phrases, privacy_of=query.caller
+            )
             vectors = self.phrases[key] = list(embedded.result.vectors)
         return vectors
 
@@ -229,15 +251,39 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / norms if norms else 0.0
 
 
-async def _classify(
-    runtime: Runtime, routes: LoadedRoutes, caller: RouteConfig, condition: Classify, text: str
-) -> ModelResult:
+async def _classify(query: ConditionQuery, condition: Classify) -> ModelResult:
     """One label from the classify route, its answer constrained to the labels (a JSON
     string among them); the score is the answer's probability under the model."""
     from zest.gateway.serving._generation import start_generation
+
+    via = query.routes.config.routes[condition.via]
+    body, inputs = _classifier_request(condition, via.kind, query.text)
+    gen = await start_generation(
+        query.runtime,
+        condition.via,
+        kind=via.kind,  # type: ignore[arg-type]
+        body=body,
+        request_id="routing",
+        privacy_of=query.caller,
+        **inputs,
+    )
+    answer, logprob = "", 0.0
+    try:  # a time-out cancels the wait here: the generation stops with it
+        async for delta in gen.deltas():
+            answer += delta.text
+            logprob += sum(token.logprob for token in delta.logprobs)
+    finally:
+        await gen.aclose()
+    label = json.loads(answer)
+    score = math.exp(logprob) if condition.min_score is not None else None
+    return ModelResult(score=score, label=str(label))
+
+
+def _classifier_request(condition: Classify, kind: str, text: str) -> tuple[Any, dict[str, Any]]:
+    """The classifier's request body and inputs: the prompt as a system turn before the text
+    (a chat route), or written as a completion."""
     from zest.gateway.serving._requests import ChatMessage, ChatRequest, CompletionRequest
 
-    via = routes.config.routes[condition.via]
     answer_format = ResponseFormat.model_validate(
         {
             "type": "json_schema",
@@ -250,8 +296,8 @@ async def _classify(
         "max_tokens": 32,
         "response_format": answer_format,
     }
-    if via.kind == "chat":
-        body: Any = ChatRequest(
+    if kind == "chat":
+        body = ChatRequest(
             messages=[
                 ChatMessage(role="system", content=condition.prompt),
                 ChatMessage(role="user", content=text or " "),
@@ -259,29 +305,12 @@ async def _classify(
             logprobs=condition.min_score is not None,
             **common,
         )
-        inputs: dict[str, Any] = {"messages": body.messages}
-    else:
-        prompt = _completion_prompt(condition.prompt, text)
-        body = CompletionRequest(
-            prompt=prompt, logprobs=0 if condition.min_score is not None else None, **common
-        )
-        inputs = {"prompt": prompt}
-    gen = await start_generation(
-        runtime,
-        condition.via,
-        kind=via.kind,  # type: ignore[arg-type]
-        body=body,
-        request_id="routing",
-        privacy_of=caller,
-        **inputs,
+        return body, {"messages": body.messages}
+    prompt = _completion_prompt(condition.prompt, text)
+    completion = CompletionRequest(
+        prompt=prompt, logprobs=0 if condition.min_score is not None else None, **common
     )
-    answer, logprob = "", 0.0
-    async for delta in gen.deltas():
-        answer += delta.text
-        logprob += sum(token.logprob for token in delta.logprobs)
-    label = json.loads(answer)
-    score = math.exp(logprob) if condition.min_score is not None else None
-    return ModelResult(score=score, label=str(label))
+    return completion, {"prompt": prompt}
 
 
 def _completion_prompt(prompt: str, text: str) -> str:

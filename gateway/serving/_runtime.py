@@ -262,16 +262,22 @@ class Runtime:
             needs=needs,
         )
 
-    async def count_prompt(self, routes: LoadedRoutes, model_id: str, prompt: Prompt) -> int:
+    async def count_prompt(
+        self, routes: LoadedRoutes, model_id: str, prompt: Prompt, *, over: int | None = None
+    ) -> int:
         """The prompt's size for planning (the auto cost model), with the model's tokenizer
         (its tokens stay on the prompt for the attempt to reuse); approximate for models
         without one, or whose tokenizer cannot load (their attempts will say why). Loads no
-        engine."""
+        engine. `over`: any count above it will do (routing's token conditions): a prompt
+        whose length alone says it is longer is not tokenized, and its least count is given."""
         try:
             tokenizer = await self.tokenizer(routes, model_id)
         except (ServiceUnavailableError, EngineError):
             tokenizer = None
-        return await asyncio.to_thread(Tokens(prompt, tokenizer).count, prompt.messages)
+        tokens = Tokens(prompt, tokenizer)
+        if over is not None and (least := tokens.least(prompt.messages) or 0) > over:
+            return least
+        return await asyncio.to_thread(tokens.count, prompt.messages)
 
     async def model_contexts(self, routes: LoadedRoutes) -> dict[str, int | None]:
         """Each model's context as a request's budget counts it: declared, else what its

@@ -36,6 +36,14 @@ class Tokens:
             return floor
         return len(self.variant(messages).encode(self.tokenizer))
 
+    def least(self, messages: Sequence[Mapping[str, str]]) -> int | None:
+        """At least this many tokens, from the text's length alone (no token spans more than
+        the vocabulary's longest, a character at least one byte); None: not known."""
+        if self.tokenizer is None or not self.tokenizer.max_token_bytes:
+            return None
+        characters = sum(len(m["content"]) for m in messages)
+        return -(-characters // self.tokenizer.max_token_bytes)
+
     def floor(self, messages: Sequence[Mapping[str, str]]) -> int | None:
         """At least this many tokens, from the text's length alone, when that is already
         beyond the model's context (None: the text is short enough to be counted)."""
