@@ -25,6 +25,16 @@ from zest.errors import (
     error_body,
     shown,
 )
+from zest.gateway.http._answers import (
+    ChatCompletion,
+    Completion,
+    EmbeddingList,
+    Health,
+    ModelEntry,
+    ModelList,
+    ResponseObject,
+    answers,
+)
 from zest.gateway.http._auth import PUBLIC_PATHS
 from zest.gateway.http._body import IGNORED, JsonBodyPlugin, read_empty_body
 from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
@@ -37,7 +47,7 @@ from zest.gateway.http._metrics_routes import (
     record_failure,
     stats_history,
 )
-from zest.gateway.http._openapi import STREAMS, openapi_json
+from zest.gateway.http._openapi import STREAMS, openapi_config, openapi_json
 from zest.gateway.http._ops import OPS_HANDLERS, describe_loaded, lemonade_health
 from zest.gateway.http._responses import (
     collect_body,
@@ -183,7 +193,7 @@ def _event_stream(events: AsyncIterator[bytes], headers: dict[str, str]) -> Stre
     )
 
 
-@post("/chat/completions", status_code=200, opt=STREAMS)
+@post("/chat/completions", status_code=200, opt=STREAMS, responses=answers(ChatCompletion))
 async def chat_completions(
     data: ChatRequest, request: Request[Any, Any, Any], runtime: Runtime, record: RequestRecord
 ) -> Response[Any]:
@@ -201,7 +211,7 @@ async def chat_completions(
     )
 
 
-@post("/completions", status_code=200, opt=STREAMS)
+@post("/completions", status_code=200, opt=STREAMS, responses=answers(Completion))
 async def completions(
     data: CompletionRequest,
     request: Request[Any, Any, Any],
@@ -222,7 +232,12 @@ async def completions(
     )
 
 
-@post("/tasks/{task:str}", status_code=200, opt=STREAMS)
+@post(
+    "/tasks/{task:str}",
+    status_code=200,
+    opt=STREAMS,
+    responses=answers(ChatCompletion | Completion | EmbeddingList),  # by the route's kind
+)
 async def task_endpoint(
     task: str,
     data: TaskRequest,
@@ -261,7 +276,7 @@ async def task_endpoint(
     return await _respond(request, runtime, task, kind, data, record=record, prompt=text)
 
 
-@post("/responses", status_code=200, opt=STREAMS)
+@post("/responses", status_code=200, opt=STREAMS, responses=answers(ResponseObject))
 async def responses(
     data: ResponsesRequest,
     request: Request[Any, Any, Any],
@@ -301,7 +316,7 @@ async def responses(
     return Response(payload, headers=headers)
 
 
-@post("/embeddings", status_code=200)
+@post("/embeddings", status_code=200, responses=answers(EmbeddingList))
 async def embeddings(
     data: EmbeddingRequest,
     request: Request[Any, Any, Any],
@@ -328,12 +343,12 @@ def _embedding_response(
     return Response(embedding_body(done, requested_model, encoding), headers=headers)
 
 
-@get("/models")
+@get("/models", responses=answers(ModelList))
 async def list_models(runtime: Runtime) -> dict[str, Any]:
     return {"object": "list", "data": list(_model_entries(runtime.routes.config).values())}
 
 
-@get("/models/{model_id:path}")
+@get("/models/{model_id:path}", responses=answers(ModelEntry))
 async def retrieve_model(model_id: str, runtime: Runtime) -> dict[str, Any]:
     """One entry of GET /v1/models (the openai client's models.retrieve): a task, or a model
     callable by id (expose_models)."""
@@ -439,7 +454,7 @@ async def system_info(runtime: Runtime) -> dict[str, Any]:
     return {**describe_inventory(runtime.inventory), "loaded": describe_loaded(runtime)}
 
 
-@get("/health")
+@get("/health", responses=answers(Health))
 async def health(runtime: Runtime) -> dict[str, Any]:
     """Liveness: the process answers (readiness, models loaded, is GET /v1/ready); with
     Lemonade's model_loaded (the model used last) and all_models_loaded for its clients."""
@@ -585,7 +600,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
 
     return Litestar(
         route_handlers=[
-            Router("/api/v1", route_handlers=handlers),
+            Router("/api/v1", route_handlers=handlers, include_in_schema=False),  # /v1's twin
             Router("/v1", route_handlers=handlers),
             prometheus_metrics,  # also at the top level, where scrapers look by default
             web_page,
@@ -609,6 +624,6 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         guards=[_drain_guard(runtime), *security.guards],
         cors_config=security.cors,
         request_max_body_size=security.max_body_bytes,
-        openapi_config=None,
+        openapi_config=openapi_config(),
         logging_config=None,
     )

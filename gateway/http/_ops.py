@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from zest.engines import LoadedEngine, describe
 from zest.errors import BadRequestError, ModelBusyError, shown
+from zest.gateway.http._answers import Readiness, answers
 from zest.gateway.serving import Reloader, Runtime, describe_inventory
 from zest.router import LoadedRoutes, Placement, parse_device, rules_summary
 
@@ -126,7 +127,7 @@ async def unload_model(data: ModelRequest, runtime: Runtime) -> dict[str, Any]:
     return {"unloaded": listing, "status": "success", "message": "Model unloaded successfully"}
 
 
-@get("/ready")
+@get("/ready", responses=answers(Readiness))
 async def ready(runtime: Runtime) -> Response[Any]:
     """200 once the warm start has loaded its models and every route can be served; 503
     while loading, when it failed, or while a route cannot be served (no device here runs
