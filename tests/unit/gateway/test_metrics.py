@@ -40,6 +40,7 @@ from zest.gateway.http._metrics import Metrics, RequestRecord, outcome_of
 from zest.gateway.http._responses import collect_body, sse_events
 from zest.gateway.serving._generation import Generation, start_generation
 from zest.gateway.serving._requests import ChatMessage, ChatRequest
+from zest.gateway.serving._routing import ConditionQuery
 from zest.gateway.serving._runtime import Runtime
 from zest.policies import Trimmed
 from zest.router import Classify, Device, ModelResult, Placement, SimilarTo, load_routes
@@ -525,7 +526,7 @@ def test_model_backed_conditions_are_timed_and_their_cache_hits_counted(
             (served.oracle, served.routes, classify, "x"),
             (other.oracle, other.routes, classify, "x"),
         ):
-            await oracle.resolve(served, routes, chat, condition, text)
+            await oracle.resolve(ConditionQuery(served, routes, chat, condition, text))
 
     asyncio.run(scenario())
     scraped = samples(metrics)
@@ -547,8 +548,9 @@ def test_a_failed_model_backed_condition_is_timed_and_tried_again(tmp_path: Path
     chat = served.routes.config.routes["chat"]
 
     async def scenario() -> list[ModelResult]:
-        found = [await served.oracle.resolve(served, served.routes, chat, similar, "x")]
-        found.append(await served.oracle.resolve(served, served.routes, chat, similar, "x"))
+        query = ConditionQuery(served, served.routes, chat, similar, "x")
+        found = [await served.oracle.resolve(query)]
+        found.append(await served.oracle.resolve(query))
         await served.close()
         return found
 
