@@ -159,13 +159,19 @@ class RequestError(ZestError):
         self.headers: dict[str, str] = {}
         # The attempts a request tried before it gave up with this error (x-zest-fallbacks).
         self.tried: list[str] = []
+        # What an answer would have said beside the error (the routing decision that chose
+        # the route): the body's `zest` object, as a successful answer carries one.
+        self.zest: dict[str, Any] | None = None
 
     @property
     def outcome_label(self) -> str:
         return self.code or self.outcome
 
     def to_body(self) -> dict[str, Any]:
-        return error_body(self.message, type=self.error_type, param=self.param, code=self.code)
+        body = error_body(self.message, type=self.error_type, param=self.param, code=self.code)
+        if self.zest is not None:
+            body["zest"] = self.zest
+        return body
 
 
 class BadRequestError(RequestError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -119,6 +119,9 @@ class Generation:
                     delta = await next_delta(self.rest, self.deadline)
             except Exception as exc:
                 self.events.failed(exc)
+                if isinstance(exc, RequestError) and self.ruled and self.decision is not None:
+                    # Its headers are the answer's own (what served it, x-zest-rule included).
+                    exc.zest = decision_object(self.plan.task, self.decision, trace=self.trace)
                 raise
 
     def _awaiting(self) -> contextlib.AbstractContextManager[None]:
@@ -246,23 +249,50 @@ async def start_generation(
     name, route = routed.task, routed.route
     if privacy_of is not None:
         route = tightened(route, privacy_of)
-    _check_tools(name, route, tools)
-    asked = build_prompt(route, kind, messages, prompt, tools, suffix=suffix)
-    deadline = Deadline.start(name, route.timeouts)
-    counted = await runtime.count_prompt(routes, route.model, asked)
-    needs = _needs(route, body, tools, suffix)
-    plan = runtime.plan(routes, name, route, prompt_tokens=counted, needs=needs)
-    walk = _Walk(runtime, routes, plan, asked, body, request_id, deadline, events, tools, group)
-    activity = runtime.drain.track()  # a shutdown's grace covers the wait for the first token
-    try:
-        with activity.awaiting():
-            gen = await walk.run()
-    except BaseException:
-        activity.close()
-        raise
+    with _decision_told(routed, trace=bool(body.route_trace)):
+        _check_tools(name, route, tools)
+        asked = build_prompt(route, kind, messages, prompt, tools, suffix=suffix)
+        deadline = Deadline.start(name, route.timeouts)
+        counted = await runtime.count_prompt(routes, route.model, asked)
+        needs = _needs(route, body, tools, suffix)
+        plan = runtime.plan(routes, name, route, prompt_tokens=counted, needs=needs)
+        walk = _Walk(runtime, routes, plan, asked, body, request_id, deadline, events, tools, group)
+        activity = runtime.drain.track()  # a shutdown's grace covers the wait for a first token
+        try:
+            with activity.awaiting():
+                gen = await walk.run()
+        except BaseException:
+            activity.close()
+            raise
     gen.activity = activity
     gen.decision, gen.trace, gen.ruled = routed.decision, bool(body.route_trace), routed.ruled
     return gen
+
+
+@contextlib.contextmanager
+def _decision_told(routed: Routed, *, trace: bool) -> Iterator[None]:
+    """A request error raised once the task's rules chose the route is told their decision
+    (a task without rules has nothing to tell)."""
+    try:
+        yield
+    except RequestError as error:
+        if routed.ruled and routed.decision is not None:
+            tell_decision(error, routed.task, routed.decision, trace=trace)
+        raise
+
+
+def tell_decision(error: RequestError, task: str, decision: Decision, *, trace: bool) -> None:
+    """An error answered once the rules chose a route says what they chose, as an answer does:
+    x-zest-rule and x-zest-route (the route that was to serve) beside it, and the decision in
+    the body's `zest` object (with its trace when the request asked for it)."""
+    error.headers.setdefault("x-zest-rule", decision.rule_label)
+    error.headers.setdefault("x-zest-route", f"task={task}")
+    error.zest = decision_object(task, decision, trace=trace)
+
+
+def decision_object(task: str, decision: Decision, *, trace: bool) -> dict[str, Any]:
+    """An error body's `zest` object: the route that was to serve, and the decision."""
+    return {"task": task, **decision.as_dict(with_trace=trace)}
 
 
 async def route_request(

@@ -34,7 +34,11 @@ def check_error(status: int, headers: Mapping[str, str], body: bytes) -> dict[st
     assert headers["content-type"].startswith("application/json"), headers
     assert headers["x-request-id"].startswith("req_")
     parsed = json.loads(body)
-    assert set(parsed) == {"error"}, parsed
+    assert set(parsed) <= {"error", "zest"}, parsed
+    if "zest" in parsed:  # refused after a task's rules chose its route: the decision, as told
+        decision = parsed["zest"]
+        assert headers["x-zest-rule"] == (decision["matched_rule"] or "default"), decision
+        assert headers["x-zest-route"].startswith(f"task={decision['route_to']}"), headers
     error: dict[str, Any] = parsed["error"]
     assert {"message", "type", "param", "code"} <= set(error), error
     message = error["message"]

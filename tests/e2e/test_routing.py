@@ -465,3 +465,15 @@ def test_a_prompt_of_megabytes_is_decided_then_refused_as_too_long(server: Serve
     error = answer.json()["error"]
     assert error["code"] == "context_length_exceeded"
     assert "over the limit of" in error["message"]
+    # Refused after the rules decided: the error says what they decided, as an answer does.
+    assert answer.headers["x-zest-rule"] == "default"
+    assert answer.headers["x-zest-route"] == "task=heavy"
+    zest = answer.json()["zest"]
+    assert {k: zest[k] for k in ("task", "route_to", "matched_rule", "default_used")} == {
+        "task": "heavy",
+        "route_to": "heavy",
+        "matched_rule": None,
+        "default_used": True,
+    }
+    assert len(zest["trace"]) >= 7
+    assert not any(entry["result"] for entry in zest["trace"])

@@ -47,3 +47,19 @@ def test_each_error_says_its_status_and_whether_to_advance_or_retry(
     error: RequestError, status: int, advances: bool, retryable: bool
 ) -> None:
     assert (error.status_code, error.advances, error.retryable) == (status, advances, retryable)
+
+
+def test_an_error_body_carries_the_zest_object_beside_the_error_when_told_one() -> None:
+    plain = OverloadedError("the queue is full", retry_after=2)
+    assert set(plain.to_body()) == {"error"}
+    told = OverloadedError("the queue is full", retry_after=2)
+    told.zest = {"task": "chat-long", "route_to": "chat-long", "matched_rule": "long"}
+    assert told.to_body() == {
+        "error": {
+            "message": "the queue is full",
+            "type": "rate_limit_error",
+            "param": None,
+            "code": "overloaded",
+        },
+        "zest": {"task": "chat-long", "route_to": "chat-long", "matched_rule": "long"},
+    }
