@@ -24,6 +24,7 @@ from zest.router import (
 )
 
 __all__ = [
+    "BufferUse",
     "Delta",
     "Embeddings",
     "Engine",
@@ -353,6 +354,16 @@ class Delta:
 
 
 @dataclass(frozen=True)
+class BufferUse:
+    """One buffer ggml allocated for a loaded model, as llama.cpp accounts it: where (ggml's
+    buffer name: CPU, CPU_Mapped, Vulkan0, Vulkan_Host), what for (model, KV, compute, output)."""
+
+    buffer: str
+    kind: str
+    mib: float
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     """What serves a model, as shown in logs, headers and listings."""
 
@@ -365,6 +376,8 @@ class EngineInfo:
     # Memory the loaded model holds, estimated: weights plus the KV cache it allocated (None:
     # nothing local, as for a remote model).
     memory_bytes: int | None = None
+    # ggml's own buffers of the loaded model (llama.cpp engines): the proof of an offload.
+    buffers: tuple[BufferUse, ...] = ()
 
 
 class Engine(ABC):

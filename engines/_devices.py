@@ -4,11 +4,16 @@ Every probe is defensive: a missing file, a permission error or an absent tool m
 found", never a crash. Emulated devices (ZEST_EMULATE_DEVICES) are CPU threads declared as an
 NPU or GPU so the whole pipeline runs for real on machines without them; they are labelled
 emulated wherever they appear.
+
+llama.cpp's devices come from ggml's backend registry, not from guesses: what the build can
+run on, with the memory each device reports. A software Vulkan device (Mesa's llvmpipe) is
+the gpu of a gpu route, labelled software wherever it appears.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import re
 import shutil
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zest.engines._base import engine_kinds
+from zest.engines._ggml_devices import GgmlReport, offload_device
 from zest.errors import ConfigError
 from zest.router import Device, LlamaCppModel, OnnxGenaiModel, kind_of
 
@@ -48,6 +54,8 @@ CPU_FLAGS = (
     "neon",
     "asimd",
 )
+log = logging.getLogger("zest.engines")
+_warned: list[bool] = []  # the warning of a GPU backend without a device, given
 _EMULATION = re.compile(r"^(npu|gpu)=cpu:(\d+)$")
 # The kinds whose libraries the probes below ask (names from the router's declarations).
 _LLAMACPP, _ONNX_GENAI = kind_of(LlamaCppModel), kind_of(OnnxGenaiModel)
@@ -65,6 +73,7 @@ class Probe:
 class Inventory:
     devices: dict[str, Device]
     probes: tuple[Probe, ...]
+    ggml: GgmlReport | None = None  # what llama.cpp's build runs on (None: not installed)
 
     def usable(self, engine: str) -> list[str]:
         return sorted(name for name, dev in self.devices.items() if engine in dev.engines)
@@ -75,6 +84,7 @@ def detect_inventory(emulate: str = "", root: Path = Path("/")) -> Inventory:
     found: dict[str, _Found] = {}
     probes = [probe(found, root) for probe in _PROBES]
     devices = {name: f.device() for name, f in found.items()}
+    ggml = _ggml_report()
     for name, threads in parse_emulation(emulate).items():
         real = devices.get(name)
         if real is not None and real.engines:
@@ -85,7 +95,7 @@ def detect_inventory(emulate: str = "", root: Path = Path("/")) -> Inventory:
                 ]
             )
         devices[name] = _emulated(name, threads)
-    return Inventory(devices, tuple(probes))
+    return Inventory(devices, tuple(probes), ggml)
 
 
 def parse_emulation(spec: str) -> dict[str, int]:
@@ -124,6 +134,9 @@ class _Found:
     detected_by: list[str]
     details: list[str]
     engines: set[str]
+    software: bool = False
+    memory: tuple[int, int] | None = None  # free, total
+    ggml_device: str | None = None  # the ggml device llama.cpp offloads to (Vulkan0)
 
     def device(self) -> Device:
         return Device(
@@ -131,6 +144,10 @@ class _Found:
             engines=frozenset(self.engines),
             detected_by=", ".join(self.detected_by),
             detail="; ".join(self.details),
+            extra={"ggml_device": self.ggml_device} if self.ggml_device else {},
+            software=self.software,
+            memory_free=self.memory[0] if self.memory else None,
+            memory_total=self.memory[1] if self.memory else None,
         )
 
 
@@ -169,16 +186,43 @@ def _probe_llama_cpp(found: dict[str, _Found], root: Path) -> Probe:
     if importlib.util.find_spec("llama_cpp") is None:
         return Probe("llama.cpp", "not installed")
     try:
-        import llama_cpp
-
-        offload = bool(llama_cpp.llama_supports_gpu_offload())
+        report = _ggml_report(strict=True)
     except Exception as exc:  # a broken build must not stop the gateway from starting
         return Probe("llama.cpp", f"error: {type(exc).__name__}: {exc}")
-    if offload:
-        _note(found, "gpu", "llama.cpp GPU offload", "llama.cpp GPU backend", _LLAMACPP)
-    return Probe(
-        "llama.cpp", f"GPU offload {'supported' if offload else 'not supported'} by this build"
-    )
+    if report is None:
+        return Probe("llama.cpp", "not installed")
+    gpu = offload_device(report.devices)
+    if gpu is not None:
+        _note(found, "gpu", "ggml devices (llama.cpp)", gpu.describe(), _LLAMACPP)
+        entry = found["gpu"]
+        entry.software = gpu.kind == "software"
+        entry.memory, entry.ggml_device = (gpu.memory_free, gpu.memory_total), gpu.name
+    elif report.idle_backends and not _warned:
+        _warned.append(True)  # once per process: serve detects the inventory more than once
+        log.warning(
+            "llama.cpp is built with %s but found no usable device: llama.cpp models run on "
+            "the CPU (a software Vulkan device such as llvmpipe is used only when "
+            "GGML_VK_VISIBLE_DEVICES selects it)",
+            " and ".join(report.idle_backends),
+        )
+    return Probe("llama.cpp", f"ggml devices: {report.summary()}")
+
+
+def _ggml_report(*, strict: bool = False) -> GgmlReport | None:
+    """ggml's devices in this process (None: llama-cpp-python is not installed, or, unless
+    `strict`, its build cannot say)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return None
+    try:
+        import llama_cpp
+
+        from zest.engines._llama_native import ggml_report
+
+        return ggml_report(llama_cpp)
+    except Exception:
+        if strict:
+            raise
+        return None
 
 
 def _probe_onnxruntime(found: dict[str, _Found], root: Path) -> Probe:

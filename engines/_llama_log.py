@@ -3,15 +3,26 @@
 llama-cpp-python prints llama.cpp's lines to stderr through a level table that no longer
 matches ggml's (it reads warnings as errors), so its lines bypass zest's log format and levels.
 Here warnings and errors keep their level and the rest (load details) is debug.
+
+Among those load details is ggml's own accounting of the buffers a model and its contexts
+allocate ("Vulkan0 model buffer size = 98.13 MiB"): `buffers_logged` collects the lines of
+the loads its thread makes (llama.cpp logs on the thread that loads), the proof of where a
+model's layers and KV cache went.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["route_llama_log"]
+from zest.engines._base import BufferUse
+
+__all__ = ["buffers_logged", "parse_buffer_line", "route_llama_log"]
 
 log = logging.getLogger("zest.llama_cpp")
 
@@ -26,6 +37,8 @@ _FALSE_ALARMS = (
     # and no context_length past the trained one is accepted.
     "possible training context overflow",
 )
+_BUFFER = re.compile(r"^\w+: +(\S+) +(model|KV|RS|compute|output) buffer size = +([\d.]+) MiB")
+_collecting = threading.local()
 _last = [logging.DEBUG]
 _kept: list[Any] = []  # the callback, kept alive: llama.cpp holds a pointer to it
 
@@ -38,6 +51,9 @@ def route_llama_log(llama_cpp: Any) -> None:
         line = text.decode("utf-8", "replace").rstrip("\n")
         found = _last[0] if level == _CONTINUES else _LEVELS.get(level, logging.DEBUG)
         _last[0] = found
+        found_buffers = getattr(_collecting, "buffers", None)
+        if found_buffers is not None and (use := parse_buffer_line(line)) is not None:
+            found_buffers.append(use)
         if any(alarm in line for alarm in _FALSE_ALARMS):
             found = logging.DEBUG
         if line and log.isEnabledFor(found):
@@ -45,3 +61,20 @@ def route_llama_log(llama_cpp: Any) -> None:
 
     _kept.append(forward)
     llama_cpp.llama_log_set(forward, ctypes.c_void_p(0))
+
+
+def parse_buffer_line(line: str) -> BufferUse | None:
+    """A buffer of ggml's accounting from one llama.cpp log line (None: another line)."""
+    match = _BUFFER.match(line.strip())
+    return BufferUse(match[1], match[2], float(match[3])) if match else None
+
+
+@contextmanager
+def buffers_logged() -> Iterator[list[BufferUse]]:
+    """The buffers llama.cpp reports while this thread loads a model or makes a context."""
+    found: list[BufferUse] = []
+    _collecting.buffers = found
+    try:
+        yield found
+    finally:
+        _collecting.buffers = None

@@ -10,15 +10,18 @@ run on the process's compute thread (`_compute`), the owner waiting for them.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from zest.engines._base import GenerationJob
 from zest.engines._compute import on_compute_thread
+from zest.engines._ggml_devices import GGML_TYPES, GgmlDevice, GgmlReport
 from zest.engines._output import SequenceOutput
 from zest.errors import EngineError
 
@@ -27,9 +30,11 @@ __all__ = [
     "ContextSettings",
     "GrammarCheckedSampler",
     "NativeContext",
+    "ggml_report",
     "load_internals",
     "make_sampler",
     "new_model",
+    "place_model",
     "token_piece",
 ]
 
@@ -103,6 +108,85 @@ def new_model(internals: Any, path: str, params: Any) -> Any:
     # leave the process's stdout and stderr on /dev/null for good. llama.cpp's own lines
     # come through route_llama_log either way.
     return internals.LlamaModel(path_model=path, params=params, verbose=True)
+
+
+def ggml_report(llama_cpp: Any) -> GgmlReport:
+    """The devices ggml's backend registry holds in this process (the llama.cpp build
+    llama_cpp loaded), and each backend built in with its device count."""
+    lib = _libggml(llama_cpp)
+    devices = tuple(_ggml_device(lib, i) for i in range(lib.ggml_backend_dev_count()))
+    backends = tuple(
+        (lib.ggml_backend_reg_name(reg).decode(), int(lib.ggml_backend_reg_dev_count(reg)))
+        for reg in (lib.ggml_backend_reg_get(i) for i in range(lib.ggml_backend_reg_count()))
+    )
+    return GgmlReport(devices, backends)
+
+
+def place_model(llama_cpp: Any, params: Any, device: str | None) -> Any:
+    """Set llama_model_params to put every layer (and so the KV cache) on ggml device
+    `device` (Vulkan0, ...), or nothing but the CPU (None). Returns what must stay alive until
+    the model is loaded (the device list params point to)."""
+    report = ggml_report(llama_cpp)
+    if device is None:
+        params.n_gpu_layers = 0
+        if all(d.ggml_type in ("cpu", "accel") for d in report.devices):
+            return None  # a CPU build: as it always loaded
+        # An empty device list: no GPU backend in this model's contexts, so not even
+        # llama.cpp's offload of large batches goes to the GPU.
+        handles = (ctypes.c_void_p * 1)(None)
+    else:
+        handle = _libggml(llama_cpp).ggml_backend_dev_by_name(device.encode())
+        if not handle:
+            found = ", ".join(d.name for d in report.devices)
+            raise EngineError(f"ggml has no device {device!r} (found: {found})")
+        params.n_gpu_layers = -1  # all layers, the output layer included
+        handles = (ctypes.c_void_p * 2)(handle, None)
+    params.devices = ctypes.cast(handles, ctypes.c_void_p)
+    return handles
+
+
+@functools.cache
+def _libggml(llama_cpp: Any) -> Any:
+    """ggml's library of the llama_cpp package (already loaded by it: the same registry)."""
+    folder = Path(llama_cpp.__file__).parent / "lib"
+    path = next(
+        (folder / n for n in ("libggml.so", "libggml.dylib", "ggml.dll") if (folder / n).exists()),
+        None,
+    )
+    if path is None:
+        raise OSError(f"no ggml library in {folder}")
+    lib = ctypes.CDLL(str(path))
+    void, size = ctypes.c_void_p, ctypes.c_size_t
+    for name, args, result in (
+        ("ggml_backend_dev_count", [], size),
+        ("ggml_backend_dev_get", [size], void),
+        ("ggml_backend_dev_by_name", [ctypes.c_char_p], void),
+        ("ggml_backend_dev_name", [void], ctypes.c_char_p),
+        ("ggml_backend_dev_description", [void], ctypes.c_char_p),
+        ("ggml_backend_dev_type", [void], ctypes.c_int),
+        ("ggml_backend_dev_memory", [void, ctypes.POINTER(size), ctypes.POINTER(size)], None),
+        ("ggml_backend_reg_count", [], size),
+        ("ggml_backend_reg_get", [size], void),
+        ("ggml_backend_reg_name", [void], ctypes.c_char_p),
+        ("ggml_backend_reg_dev_count", [void], size),
+    ):
+        function = getattr(lib, name)
+        function.argtypes, function.restype = args, result
+    return lib
+
+
+def _ggml_device(lib: Any, index: int) -> GgmlDevice:
+    dev = lib.ggml_backend_dev_get(index)
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+    kind = int(lib.ggml_backend_dev_type(dev))
+    return GgmlDevice(
+        name=lib.ggml_backend_dev_name(dev).decode(),
+        description=(lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
+        ggml_type=GGML_TYPES[kind] if 0 <= kind < len(GGML_TYPES) else f"type {kind}",
+        memory_free=free.value,
+        memory_total=total.value,
+    )
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,11 @@ One loaded model per (model, placement). On one device, `BatchScheduler` decodes
 sequences in one context (continuous batching, prefix reuse). Split across two devices,
 `HybridPipeline` prefills in one context and decodes in another, handing each sequence's KV
 state over between them.
+
+On a GPU of ggml's (a Vulkan build's Vulkan0, ...) every layer and the KV cache go to that
+device; the CPU's contexts get a model of their own with no GPU device at all, so a split
+between the CPU and the GPU runs on two backends for real, the KV state crossing from one's
+memory to the other's. Where things went is ggml's own buffer accounting (`EngineInfo.buffers`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from zest.engines._base import (
+    BufferUse,
     Delta,
     Engine,
     EngineInfo,
@@ -30,13 +36,14 @@ from zest.engines._base import (
 from zest.engines._gguf import GgufError, GgufFacts, read_gguf_facts
 from zest.engines._llama_batch import BatchScheduler
 from zest.engines._llama_grammar import new_grammar_sampler, with_checked_grammar
-from zest.engines._llama_log import route_llama_log
+from zest.engines._llama_log import buffers_logged, route_llama_log
 from zest.engines._llama_native import (
     ContextSettings,
     NativeContext,
     load_internals,
     make_sampler,
     new_model,
+    place_model,
     token_piece,
 )
 from zest.engines._llama_pipeline import HybridPipeline
@@ -191,6 +198,28 @@ def threads_on(device: Device, config: LlamaCppModel) -> int:
     return config.options.n_threads or os.cpu_count() or 1
 
 
+def ggml_device_of(device: Device) -> str | None:
+    """The ggml device (Vulkan0, ...) a llama.cpp model on `device` offloads to; None: the CPU
+    (the cpu, and emulated devices, which are CPU threads)."""
+    if device.name != "gpu" or device.emulated:
+        return None
+    return device.extra.get("ggml_device")
+
+
+def check_fits(model_id: str, device: Device, weights: int, kv: int | None) -> None:
+    """Refuse a load the device says it has no room for (its reported free memory), before
+    llama.cpp tries: the request falls back as its route allows."""
+    needed = weights + (kv or 0)
+    if device.memory_free is None or needed <= device.memory_free:
+        return
+    raise EngineError(
+        f"model {model_id!r} needs about {needed / 1e6:.0f} MB on {device.label} "
+        f"({device.extra.get('ggml_device', device.name)}) for its weights and KV cache, and the "
+        f"device reports {device.memory_free / 1e6:.0f} MB free: lower context_length or "
+        "parallel, or route the model to another device"
+    )
+
+
 def _load_model(internals: Any, model_id: str, path: Path, params: Any) -> Any:
     try:
         return new_model(internals, str(path), params)
@@ -225,7 +254,9 @@ class LlamaCppEngine(Engine):
     ) -> None:
         self.model_id, self.config, self.placement = model_id, config, placement
         self._path = resolve_source(config.source, base_dir, config.revision)
-        self._model: Any = None
+        self._model: Any = None  # the decoding device's
+        self._models: dict[str | None, Any] = {}  # by ggml device (None: the CPU alone)
+        self._buffers: tuple[BufferUse, ...] = ()
         self._tokenizer: LlamaCppTokenizer | None = None
         self._runner: BatchScheduler | HybridPipeline | None = None
         self._contexts: list[NativeContext] = []
@@ -236,16 +267,45 @@ class LlamaCppEngine(Engine):
         check_trained_context(self.model_id, self.config.context_length, facts)
         llama_cpp, internals = _import_llama_cpp()
         self._lib, self._internals = llama_cpp, internals
-        params = llama_cpp.llama_model_default_params()
-        params.use_mmap = self.config.options.mmap
-        params.n_gpu_layers = -1 if self._uses_real_gpu() else 0
-        self._model = _load_model(internals, self.model_id, self._path, params)
-        self.context_length = self.config.context_length or self._model.n_ctx_train()
-        self._tokenizer = LlamaCppTokenizer(
-            self.model_id, self._path, llama_cpp, self._model, self.context_length
-        )
-        self._runner = self._start_runner()
+        self.context_length = self.config.context_length or facts.context_length or 0
+        self._check_fits(facts)
+        with buffers_logged() as buffers:
+            for device in self.placement.devices:
+                self._model_on(device)
+            self._model = self._model_on(self.placement.decode)
+            self.context_length = self.config.context_length or self._model.n_ctx_train()
+            self._tokenizer = LlamaCppTokenizer(
+                self.model_id, self._path, llama_cpp, self._model, self.context_length
+            )
+            self._runner = self._start_runner()
+        self._buffers = tuple(buffers)
         return self.info()
+
+    def _model_on(self, device: Device) -> Any:
+        """The model whose layers are on `device` (loaded once per ggml device)."""
+        where = ggml_device_of(device)
+        if where not in self._models:
+            params = self._lib.llama_model_default_params()
+            params.use_mmap = self.config.options.mmap
+            keep = place_model(self._lib, params, where)
+            self._models[where] = _load_model(self._internals, self.model_id, self._path, params)
+            del keep  # the device list is read during the load only
+        return self._models[where]
+
+    def _check_fits(self, facts: GgufFacts) -> None:
+        kv_type = self.config.options.kv_cache_type
+        for device in self.placement.devices:
+            if ggml_device_of(device) is not None:
+                kv = facts.kv_bytes(self._cells_on(device), _KV_BYTES[kv_type])
+                check_fits(self.model_id, device, self._path.stat().st_size, kv)
+
+    def _cells_on(self, device: Device) -> int:
+        """KV cells the contexts on `device` reserve (as _start_runner makes them)."""
+        length = self.context_length
+        if not self.placement.split:
+            return kv_cells(self.config, length)
+        decoding = device.name == self.placement.decode.name
+        return length * self.config.options.parallel if decoding else length
 
     def info(self) -> EngineInfo:
         return EngineInfo(
@@ -256,6 +316,7 @@ class LlamaCppEngine(Engine):
             context_length=self.context_length,
             source=str(self._path),
             memory_bytes=self._memory_bytes(),
+            buffers=self._buffers,
         )
 
     def _memory_bytes(self) -> int | None:
@@ -268,7 +329,8 @@ class LlamaCppEngine(Engine):
         per_cell = 2 * lib.llama_model_n_layer(model) * kv_width
         cells = sum(ctx.settings.n_ctx for ctx in self._contexts)
         kv_bytes = per_cell * cells * _KV_BYTES[self.config.options.kv_cache_type]
-        return int(lib.llama_model_size(model)) + int(kv_bytes)
+        weights = sum(int(lib.llama_model_size(m.model)) for m in self._models.values())
+        return weights + int(kv_bytes)
 
     def tokenizer(self) -> LlamaCppTokenizer | None:
         return self._tokenizer
@@ -302,27 +364,26 @@ class LlamaCppEngine(Engine):
         return self._tokenizer
 
     def _close_now(self) -> None:
-        runner, contexts, model = self._runner, self._contexts, self._model
+        runner, contexts, models = self._runner, self._contexts, list(self._models.values())
         self._runner, self._model, self._contexts, self._tokenizer = None, None, [], None
+        self._models = {}
         if runner is not None:
             runner.close()
         for ctx in contexts:
             ctx.close()
-        if model is not None:
+        for model in models:
             model.close()
 
     # --- set-up ------------------------------------------------------------------------------
-
-    def _uses_real_gpu(self) -> bool:
-        return any(d.name == "gpu" and not d.emulated for d in self.placement.devices)
 
     def _threads(self, device: Device) -> int:
         return threads_on(device, self.config)
 
     def _backend(self) -> str:
         def part(device: Device) -> str:
-            where = "GPU offload" if device.name == "gpu" and not device.emulated else "CPU"
-            note = ", emulated" if device.emulated else ""
+            offload = ggml_device_of(device)
+            where = f"{offload}, all layers and KV" if offload else "CPU"
+            note = ", emulated" if device.emulated else ", software" if device.software else ""
             threads = self._threads(device)
             return f"{device.name}: {where}, {threads} thread{'' if threads == 1 else 's'}{note}"
 
@@ -347,7 +408,7 @@ class LlamaCppEngine(Engine):
             kv_type=_KV_TYPES[opts.kv_cache_type],
             kv_unified=unified,
         )
-        ctx = NativeContext(self._lib, self._internals, self._model, settings)
+        ctx = NativeContext(self._lib, self._internals, self._model_on(device), settings)
         self._contexts.append(ctx)
         return ctx
 

@@ -426,6 +426,9 @@ def describe(entry: LoadedEngine, now: float, policy: ModelPolicy | None) -> dic
         "device": info.device,
         "backend": info.backend,
         "memory_bytes": info.memory_bytes,
+        # ggml's own accounting of the model's buffers (llama.cpp): where its layers and KV
+        # cache went, e.g. {"buffer": "Vulkan0", "kind": "KV", "mib": 11.25}.
+        "buffers": [{"buffer": b.buffer, "kind": b.kind, "mib": b.mib} for b in info.buffers],
         "loaded_at": entry.loaded_at,
         "load_s": round(entry.load_s, 3),
         "last_used_s_ago": round(now - entry.last_used, 3),

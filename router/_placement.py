@@ -38,11 +38,19 @@ class Device:
     emulated: bool = False
     threads: int | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
+    # A real driver's device that is a CPU in disguise (Mesa's llvmpipe behind Vulkan): it runs
+    # a gpu route for real, and is never shown as a gpu.
+    software: bool = False
+    # What the device reports (ggml's backend registry), None when nothing reports it.
+    memory_total: int | None = None
+    memory_free: int | None = None
 
     @property
     def label(self) -> str:
-        """The name as shown everywhere: emulated devices always say so."""
-        return f"{self.name}(emulated)" if self.emulated else self.name
+        """The name as shown everywhere: emulated and software devices always say so."""
+        if self.emulated:
+            return f"{self.name}(emulated)"
+        return f"{self.name}(software)" if self.software else self.name
 
 
 @dataclass(frozen=True)

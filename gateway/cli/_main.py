@@ -37,6 +37,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("_chat", "add_chat_commands"),
     "run": ("_chat", "add_chat_commands"),
     "bench": ("_bench_command", "add_bench_command"),
+    "system-info": ("_system_info", "add_system_info_command"),
 }
 
 
@@ -124,6 +125,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         _adder(command)(commands)
 
     _adder("bench")(commands)
+    _adder("system-info")(commands)
     return parser
 
 

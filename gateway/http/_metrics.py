@@ -465,6 +465,7 @@ class RuntimeCollector(Collector):
         )
         yield self._model_info()
         yield self._devices()
+        yield from self._ggml_devices()
 
     def _model_info(self) -> GaugeMetricFamily:
         """1 per loaded local model and the SHA-256 of its files: replicas serving the same
@@ -493,6 +494,26 @@ class RuntimeCollector(Collector):
             emulated = "true" if device.emulated else "false"
             family.add_metric((device.label, name, emulated, device.detected_by), 1)
         return family
+
+    def _ggml_devices(self) -> Iterable[GaugeMetricFamily]:
+        """What llama.cpp's build runs on, as ggml's registry reported it at start."""
+        info = GaugeMetricFamily(
+            "zest_ggml_device_info",
+            "1 for each device of llama.cpp's build (ggml's registry); kind is cpu, gpu, "
+            "software (a driver that computes on the CPU, such as llvmpipe) or accel.",
+            labels=("ggml_device", "description", "kind"),
+        )
+        memory = GaugeMetricFamily(
+            "zest_ggml_device_memory_bytes",
+            "Memory each device of llama.cpp's build reported at start (free, total).",
+            labels=("ggml_device", "state"),
+        )
+        report = self.runtime.inventory.ggml
+        for device in report.devices if report else ():
+            info.add_metric((device.name, device.description, device.kind), 1)
+            memory.add_metric((device.name, "free"), device.memory_free)
+            memory.add_metric((device.name, "total"), device.memory_total)
+        yield from (info, memory)
 
 
 class SloCollector(Collector):

@@ -122,18 +122,24 @@ def device_entry(device: Device) -> dict[str, Any]:
         "name": device.name,
         "label": device.label,
         "emulated": device.emulated,
+        "software": device.software,
         "detected_by": device.detected_by,
         "detail": device.detail,
         "engines": sorted(device.engines),
         "usable": bool(device.engines),
         "threads": device.threads,
+        "memory_total": device.memory_total,
+        "memory_free": device.memory_free,
     }
 
 
 def describe_inventory(inventory: Inventory) -> dict[str, Any]:
+    ggml = inventory.ggml
     return {
         "devices": [device_entry(d) for _, d in sorted(inventory.devices.items())],
         "probes": [{"source": p.source, "result": p.result} for p in inventory.probes],
+        # What llama.cpp's build runs on, as ggml's backend registry reports it.
+        "ggml_devices": [d.as_dict() for d in ggml.devices] if ggml else [],
     }
 
 

@@ -166,11 +166,14 @@ def test_system_info_reports_devices_and_how_they_were_found(emulated: Server) -
             "name": name,
             "label": f"{name}(emulated)",
             "emulated": True,
+            "software": False,
             "detected_by": "emulated (ZEST_EMULATE_DEVICES)",
             "detail": f"emulated on 1 CPU thread: not a real {name}",
             "engines": ["llamacpp"],
             "usable": True,
             "threads": 1,
+            "memory_total": None,
+            "memory_free": None,
         }
     sources = [p["source"] for p in info["probes"]]
     assert sources == [

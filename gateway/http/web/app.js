@@ -87,9 +87,11 @@ function megabytes(bytes) {
 }
 
 function deviceLabel(device) {
-  // An emulated device's label says "(emulated)" again: its name and the tag say it once.
-  const cell = el("td", {}, device.emulated ? device.name : device.label || device.name);
-  if (device.emulated) cell.append(" ", el("span", { class: "tag" }, "emulated"));
+  // An emulated or software device's label says so again: its name and the tag say it once.
+  const tag = device.emulated ? "emulated" : device.software ? "software" : null;
+  const cell = el("td", {}, tag ? device.name : device.label || device.name);
+  if (tag) cell.append(" ", el("span", { class: "tag" }, tag));
+  if (device.memory_total) cell.append(" ", el("span", { class: "muted" }, megabytes(device.memory_total)));
   return cell;
 }
 
