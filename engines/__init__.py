@@ -52,7 +52,7 @@ from zest.engines._pool import (
     ModelPolicy,
     describe,
 )
-from zest.engines._remote import RemoteEngine
+from zest.engines._remote import CONTENT_PARTS, RemoteEngine
 from zest.engines._sources import hf_hub_cache_dir, resolve_source, zest_cache_dir
 from zest.engines._stops import StopMatcher
 from zest.engines._tokenizers import load_tokenizer
@@ -69,6 +69,7 @@ from zest.router import (
 )
 
 __all__ = [
+    "CONTENT_PARTS",
     "ChoiceGroup",
     "ContextSettings",
     "Delta",
@@ -174,13 +175,15 @@ register_engine(
         RemoteModel,
         RemoteEngine,
         # An upstream's log probabilities are not relayed, and token ids (logit_bias) are
-        # the upstream model's, not ones a client of this route could know.
+        # the upstream model's, not ones a client of this route could know. Image parts are
+        # forwarded as sent: the upstream's model reads them (or refuses them itself).
         capabilities=Capabilities(
             structured_output=True,
             tools=True,
             fill_in_middle=True,
             multiple_choices=True,
             embeddings=True,
+            images=True,
         ),
         admission=lambda config: Admission(config.max_in_flight, config.max_queue),
     )

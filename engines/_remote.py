@@ -25,7 +25,14 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +63,13 @@ from zest.errors import (
 )
 from zest.router import Placement, RemoteModel, kind_of
 
-__all__ = ["RemoteEngine", "retry_delay", "translate_status"]
+__all__ = ["CONTENT_PARTS", "RemoteEngine", "forwarded_message", "retry_delay", "translate_status"]
+
+# A chat message's key for its content parts as the client sent them (JSON text), beside its
+# text in `content`, when they hold more than text (images): the remote engine forwards them
+# as they came; a local engine, which reads only the text, is never planned for them (the
+# planner's `images` capability).
+CONTENT_PARTS = "content_parts"
 
 log = logging.getLogger("zest.engines")
 _CONTEXT_HINTS = ("context length", "context window", "context_length", "maximum context")
@@ -257,7 +270,7 @@ class RemoteEngine(Engine):
             if job.prompt.suffix is not None:
                 body["suffix"] = job.prompt.suffix
         else:
-            body["messages"] = [dict(m) for m in job.prompt.messages]
+            body["messages"] = [forwarded_message(m) for m in job.prompt.messages]
         if job.stop:
             body["stop"] = list(job.stop)
         if job.logit_bias:
@@ -267,6 +280,21 @@ class RemoteEngine(Engine):
         if job.seed is not None:
             body["seed"] = job.seed
         return body
+
+
+def forwarded_message(message: Mapping[str, str]) -> dict[str, Any]:
+    """A chat message as the upstream gets it: its content parts as the client sent them
+    (images included), or, when trimming cut its text, that text followed by its other parts."""
+    sent: dict[str, Any] = {k: v for k, v in message.items() if k != CONTENT_PARTS}
+    if CONTENT_PARTS not in message:
+        return sent
+    parts: list[dict[str, Any]] = json.loads(message[CONTENT_PARTS])
+    texts = [part for part in parts if part.get("type") == "text"]
+    if "".join(part["text"] for part in texts) != message["content"]:  # trimmed
+        others = [part for part in parts if part.get("type") != "text"]
+        parts = [{"type": "text", "text": message["content"]}, *others]
+    sent["content"] = parts
+    return sent
 
 
 def _spent(error: RequestError, attempt: int) -> RequestError:

@@ -26,6 +26,7 @@ class Capabilities:
     split: bool = False  # prefill and decode on two devices (the hybrid pipeline)
     speculation: bool = False  # a route's `speculative` decoding
     embeddings: bool = False
+    images: bool = False  # image parts in the messages (a remote upstream's to read)
 
 
 # How a missing capability is named to the client: the request field that asks for it.
@@ -36,6 +37,7 @@ _ASKED_BY = {
     "tools": "tools",
     "fill_in_middle": "suffix",
     "multiple_choices": "n",
+    "images": "images",
 }
 
 
@@ -50,6 +52,7 @@ class Needs:
     tools: bool = False
     fill_in_middle: bool = False
     multiple_choices: bool = False
+    images: bool = False
 
     def missing(self, capabilities: Capabilities) -> tuple[str, ...]:
         """The request fields asking for what `capabilities` lacks, in declaration order."""

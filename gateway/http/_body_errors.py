@@ -90,12 +90,13 @@ _REMOVE = "remove it (docs/http-api.md lists them)"
 
 
 def _part_of_another_kind(err: ErrorDetails, path: tuple[int | str, ...]) -> str | None:
-    """A content part that is not text (image_url, input_audio): say so, not its keys."""
+    """A content part with a key of another kind of part: say so, not its keys."""
     if err["type"] != "extra_forbidden" or len(path) < 3 or path[-3] != "content":
         return None
     return (
-        f"a part with {shown(path[-1])} is not text: zest serves text only: send parts of "
-        'type text ({"type": "text", "text": "..."})'
+        f"a part with {shown(path[-1])} is not one zest takes: send text parts "
+        '({"type": "text", "text": "..."}), or image_url parts for a route whose model reads '
+        "images"
     )
 
 

@@ -254,7 +254,7 @@ async def start_generation(
         asked = build_prompt(route, kind, messages, prompt, tools, suffix=suffix)
         deadline = Deadline.start(name, route.timeouts)
         counted = await runtime.count_prompt(routes, route.model, asked)
-        needs = _needs(route, body, tools, suffix)
+        needs = _needs(route, body, tools, suffix, images=_has_images(messages))
         plan = runtime.plan(routes, name, route, prompt_tokens=counted, needs=needs)
         walk = _Walk(runtime, routes, plan, asked, body, request_id, deadline, events, tools, group)
         activity = runtime.drain.track()  # a shutdown's grace covers the wait for a first token
@@ -309,6 +309,7 @@ async def route_request(
         metadata=dict(body.metadata or {}),
         # The request sends tools (tool_choice none included: the rules read what was sent).
         has_tools=bool(getattr(body, "tools", None)) or inputs.get("tools") is not None,
+        has_images=_has_images(messages),
     )
 
     async def count_tokens(over: int) -> int:  # only if a rule reaches a token condition
@@ -327,12 +328,23 @@ def routing_text(messages: Sequence[ChatMessage] | None, prompt: str | None) -> 
     return users[-1].routing_text() if users else ""
 
 
+def _has_images(messages: Sequence[ChatMessage] | None) -> bool:
+    """An image part in any message, not only the last."""
+    return any(message.has_images() for message in messages or ())
+
+
 def _needs(
-    route: RouteConfig, body: SamplingFields, tools: ToolUse | None, suffix: str | None
+    route: RouteConfig,
+    body: SamplingFields,
+    tools: ToolUse | None,
+    suffix: str | None,
+    *,
+    images: bool,
 ) -> Needs:
     """What the request asks of the engine that serves it: the planner leaves out attempts
     whose engine cannot honour it, instead of one refusing it mid-walk."""
     return Needs(
+        images=images,
         logprobs=body.logprob_count() is not None,
         logit_bias=bool(body.biases()),
         structured_output=_response_format(route, body) is not None,

@@ -9,14 +9,18 @@ from pydantic import (
     AllowInfNan,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     Strict,
     StrictBool,
     StrictInt,
+    Tag,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
+from zest.engines import CONTENT_PARTS
 from zest.errors import shown
 from zest.gateway.serving._tools import Tool, ToolCall, ToolChoice
 from zest.router import ResponseFormat
@@ -28,10 +32,13 @@ __all__ = [
     "ChatRequest",
     "CompletionRequest",
     "EmbeddingRequest",
+    "ImagePart",
     "Number",
     "SamplingFields",
     "StreamOptions",
     "TaskRequest",
+    "TextPart",
+    "text_or_parts",
 ]
 
 MAX_STOPS = 16
@@ -74,10 +81,85 @@ class TextPart(_Body):
     text: str
 
 
+class ImageUrl(_Body):
+    url: str = Field(min_length=1)  # a URL, or a data: URL of the image's bytes
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(_Body):
+    """An image: zest's own engines read text only, so a task's rules route it to a route
+    whose (remote) model takes images, where it is forwarded as sent."""
+
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class UnknownPart(_Body):
+    """A content part of a kind zest does not take (input_audio, file, ...): refused."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Any
+
+    @field_validator("type")
+    @classmethod
+    def _refuse(cls, kind: Any) -> Any:
+        raise ValueError(
+            f"a content part of type {shown(kind)} is not one zest takes: send text parts "
+            '({"type": "text", "text": "..."}), or image_url parts for a route whose model '
+            "reads images"
+        )
+
+
+_PART_TAGS = {"text": "Text", "image_url": "Image"}
+
+
+def _part_tag(part: Any) -> str | None:
+    """The part's model, by its type; tags are capitalised, as union members, so that an
+    error's key path is the client's (see http._body_errors)."""
+    if isinstance(part, BaseModel):  # a part made here (a Responses input as chat)
+        part = {"type": getattr(part, "type", None)}
+    if not isinstance(part, dict):
+        return None  # not an object: the discriminator's error says so
+    kind = part.get("type")
+    return _PART_TAGS.get(kind, "Unknown") if isinstance(kind, str) else "Unknown"
+
+
+def text_or_parts(content: Any) -> str | None:
+    """A message content's kind, a string or a list of parts, so that a list's errors are
+    its parts' alone (None: neither, which the discriminator's error says)."""
+    if isinstance(content, str):
+        return "str"
+    return "list" if isinstance(content, list) else None
+
+
+ContentPart = Annotated[
+    Annotated[TextPart, Tag("Text")]
+    | Annotated[ImagePart, Tag("Image")]
+    | Annotated[UnknownPart, Tag("Unknown"), SkipJsonSchema()],
+    Discriminator(
+        _part_tag,
+        custom_error_type="part_not_object",
+        custom_error_message=(
+            'a content part is an object: send {"type": "text", "text": "..."} or an image_url part'
+        ),
+    ),
+]
+
+
+Content = Annotated[
+    Annotated[str, Tag("str")] | Annotated[list[ContentPart], Tag("list")],
+    Discriminator(
+        text_or_parts,
+        custom_error_type="content_type",
+        custom_error_message="send a string or a list of content parts",
+    ),
+]
+
+
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     # None only for an assistant turn that called tools.
-    content: str | list[TextPart] | None = None
+    content: Content | None = None
     name: str | None = None
     # An assistant turn's calls, and a tool result's call id (OpenAI's history shape).
     tool_calls: list[ToolCall] | None = None
@@ -98,13 +180,18 @@ class ChatMessage(_Body):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
 
     def routing_text(self) -> str:
         """The text routing rules read: a content array's text parts joined with newlines."""
         if isinstance(self.content, list):
-            return "\n".join(part.text for part in self.content)
+            return "\n".join(part.text for part in self.content if isinstance(part, TextPart))
         return self.text()
+
+    def has_images(self) -> bool:
+        return isinstance(self.content, list) and any(
+            isinstance(part, ImagePart) for part in self.content
+        )
 
     def as_sent(self) -> dict[str, str]:
         """This turn as the model reads it: a call as the JSON it answers in (see _tools), a
@@ -119,7 +206,12 @@ class ChatMessage(_Body):
             call = f" {self.tool_call_id}" if self.tool_call_id else ""
             named = f" ({self.name})" if self.name else ""
             return {"role": "user", "content": f"Result of tool call{call}{named}: {self.text()}"}
-        return {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+        sent = {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+        if isinstance(self.content, list) and self.has_images():
+            # Forwarded as sent, by a remote engine (the only kind planned for images).
+            parts = [part.model_dump(exclude_none=True) for part in self.content]
+            sent[CONTENT_PARTS] = json.dumps(parts)
+        return sent
 
 
 def _arguments(text: str) -> Any:

@@ -20,7 +20,15 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from zest.errors import shown
-from zest.gateway.serving._requests import INT64, ChatMessage, Number, SamplingFields
+from zest.gateway.serving._requests import (
+    INT64,
+    ChatMessage,
+    ImagePart,
+    Number,
+    SamplingFields,
+    TextPart,
+    text_or_parts,
+)
 from zest.gateway.serving._responses_options import ResponsesOptions
 from zest.gateway.serving._routing import RouteInputs
 from zest.gateway.serving._tools import (
@@ -46,17 +54,107 @@ class InputText(_Body):
     annotations: list[Any] | None = None  # output_text echoed back from an earlier answer
 
 
+class InputImage(_Body):
+    """An image (the Responses API's input_image): routed as a chat image_url part is."""
+
+    type: Literal["input_image"]
+    # OpenAI's stored files: zest keeps none (checked first, to say so before image_url).
+    file_id: None = None
+    image_url: str = Field(min_length=1)  # a URL, or a data: URL of the image's bytes
+    detail: Literal["auto", "low", "high"] | None = None
+
+    @field_validator("file_id", mode="before")
+    @classmethod
+    def _no_stored_files(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError(
+                "zest keeps no files: send the image as image_url (a URL, or a data: URL of "
+                "its bytes) and leave file_id out"
+            )
+
+    def as_chat_part(self) -> ImagePart:
+        url = {"url": self.image_url, "detail": self.detail}
+        return ImagePart.model_validate({"type": "image_url", "image_url": url})
+
+
+class UnknownContent(_Body):
+    """A content part of a kind zest does not take (input_file, input_audio...): refused."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Any
+
+    @field_validator("type")
+    @classmethod
+    def _refuse(cls, kind: Any) -> Any:
+        raise ValueError(
+            f"a content part of type {shown(kind)} is not one zest takes: send input_text "
+            "parts, or input_image parts for a route whose model reads images"
+        )
+
+
+def _content_tag(part: Any) -> str | None:
+    if not isinstance(part, dict):
+        return None
+    kind = part.get("type")
+    if kind in ("input_text", "output_text"):
+        return "Text"
+    return "Image" if kind == "input_image" else "Unknown"
+
+
+InputContent = Annotated[
+    Annotated[InputText, Tag("Text")]
+    | Annotated[InputImage, Tag("Image")]
+    | Annotated[UnknownContent, Tag("Unknown"), SkipJsonSchema()],
+    Discriminator(
+        _content_tag,
+        custom_error_type="part_not_object",
+        custom_error_message=(
+            'a content part is an object: send {"type": "input_text", "text": "..."} or an '
+            "input_image part"
+        ),
+    ),
+]
+
+
+MessageContent = Annotated[
+    Annotated[str, Tag("str")] | Annotated[list[InputContent], Tag("list")],
+    Discriminator(
+        text_or_parts,
+        custom_error_type="content_type",
+        custom_error_message="send a string or a list of content parts",
+    ),
+]
+
+
 class InputMessage(_Body):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[InputText]
+    content: MessageContent
     id: str | None = None
     status: str | None = None
 
     def text(self) -> str:
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content if isinstance(part, InputText))
+
+    def has_images(self) -> bool:
+        return isinstance(self.content, list) and any(
+            isinstance(part, InputImage) for part in self.content
+        )
+
+    def as_chat(self) -> ChatMessage:
+        """The message as a chat turn: its text, or its parts with images (image_url)."""
+        if not self.has_images() or isinstance(self.content, str):
+            return ChatMessage(role=self.role, content=self.text())
+        parts: list[Any] = [
+            part.as_chat_part()
+            if isinstance(part, InputImage)
+            else TextPart(type="text", text=part.text)
+            for part in self.content
+            if isinstance(part, InputImage | InputText)
+        ]
+        return ChatMessage(role=self.role, content=parts)
 
 
 class FunctionCallItem(_Body):
@@ -262,7 +360,13 @@ class ResponsesRequest(ResponsesOptions):
             _routing_text(self.input),
             metadata=dict(self.metadata or {}),
             has_tools=bool(self.tools),
+            has_images=self.has_images(),
         )
+
+    def has_images(self) -> bool:
+        """An image part in any input item (not only the last)."""
+        items = self.input if isinstance(self.input, list) else []
+        return any(isinstance(item, InputMessage) and item.has_images() for item in items)
 
     def tool_use(self) -> ToolUse | None:
         tools = [
@@ -294,12 +398,14 @@ def _routing_text(items: str | list[InputItem]) -> str:
     if not users:
         return ""
     content = users[-1].content
-    return content if isinstance(content, str) else "\n".join(p.text for p in content)
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.text for part in content if isinstance(part, InputText))
 
 
 def _as_chat(item: InputItem) -> ChatMessage:
     if isinstance(item, InputMessage):
-        return ChatMessage(role=item.role, content=item.text())
+        return item.as_chat()
     if isinstance(item, FunctionCallItem):
         call = ToolCall.model_validate(
             {"id": item.call_id, "function": {"name": item.name, "arguments": item.arguments}}

@@ -33,8 +33,8 @@ def test_no_engine_refuses_a_capability_it_lacks() -> None:
 @pytest.mark.parametrize(
     ("kind", "lacks"),
     [
-        ("llamacpp", set()),
-        ("onnx-genai", {"logprobs", "logit_bias", "split", "speculation", "embeddings"}),
+        ("llamacpp", {"images"}),  # text-only: image parts are for a remote upstream
+        ("onnx-genai", {"logprobs", "logit_bias", "split", "speculation", "embeddings", "images"}),
         ("remote", {"logprobs", "logit_bias", "split", "speculation"}),
     ],
 )

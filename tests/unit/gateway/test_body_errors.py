@@ -1,6 +1,7 @@
 """Validation errors in the client's words: its own key path (no union members such as
 `list[TextPart]` or `str`), one message for a union ("send a string or a list"), a content part
-that is not text named as such, and what to send instead (issue 14's newcomer stumbles)."""
+of a kind zest does not take named as such, and what to send instead (issue 14's newcomer
+stumbles)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,24 @@ def message(schema: type[BaseModel], body: dict[str, Any]) -> str:
     ("body", "expected"),
     [
         (
+            {"messages": [{"role": "user", "content": [{"type": "input_audio", "data": "x"}]}]},
+            "messages.0.content.0.type: a content part of type 'input_audio' is not one zest "
+            'takes: send text parts ({"type": "text", "text": "..."}), or image_url parts for '
+            "a route whose model reads images",
+        ),
+        (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-            "messages.0.content.0: a part with 'image_url' is not text: zest serves text only: "
-            'send parts of type text ({"type": "text", "text": "..."})',
+            "messages.0.content.0.image_url.url: missing required parameter",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "a", "b": 1}]}]},
+            "messages.0.content.0: a part with 'b' is not one zest takes: send text parts "
+            '({"type": "text", "text": "..."}), or image_url parts for a route whose model '
+            "reads images",
+        ),
+        (
+            {"messages": [{"role": "user", "content": 5}]},
+            "messages.0.content: send a string or a list of content parts, got 5",
         ),
         ({"messages": HI, "stop": 5}, "stop: send a string or a list (a JSON array), got 5"),
         (
@@ -44,7 +60,7 @@ def message(schema: type[BaseModel], body: dict[str, Any]) -> str:
             "tool_choice: Input should be 'auto', 'none' or 'required', got 'always'",
         ),
     ],
-    ids=["image part", "union", "list", "boolean", "literal"],
+    ids=["audio part", "image part", "part key", "content", "union", "list", "boolean", "literal"],
 )
 def test_chat_bodies(body: dict[str, Any], expected: str) -> None:
     assert message(ChatRequest, {"model": "chat", **body}) == expected

@@ -466,3 +466,25 @@ def test_needs_name_the_request_fields_that_ask() -> None:
     needs = Needs(structured_output=True, fill_in_middle=True, multiple_choices=True)
     assert needs.missing(Capabilities()) == ("response_format", "suffix", "n")
     assert needs.missing(Capabilities(structured_output=True)) == ("suffix", "n")
+
+
+def test_image_parts_leave_out_every_text_only_attempt_and_keep_a_remote_one() -> None:
+    able = {**ABLE, "upstream": ModelTraits("remote", Capabilities(images=True))}
+    r = route(device="cpu", privacy="allow_remote", fallback=[{"model": "upstream"}])
+    found = devices(CPU_ALL)
+    result = plan_route(
+        "t", r, engine="onnx-genai", devices=found, models=able, needs=Needs(images=True)
+    )
+    assert [(a.model, a.device) for a in result.attempts] == [("upstream", "remote")]
+    assert result.removed == ("any device: engine 'onnx-genai' cannot honour images",)
+
+
+def test_image_parts_sent_to_a_text_only_route_are_a_400_naming_it() -> None:
+    with pytest.raises(BadRequestError) as caught:
+        capable_chain(route(device="cpu"), Needs(images=True))
+    assert caught.value.param == "images"
+    assert caught.value.message == (
+        "task 't' has no attempt that can honour images: small (onnx-genai) cannot honour "
+        "images: remove images from the request, or route the task to a model whose engine "
+        "honours it (docs/policies.md, Engines and their capabilities)"
+    )
