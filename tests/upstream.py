@@ -79,6 +79,7 @@ class Behaviour:
     cut_after_events: int | None = None  # break the connection after this many SSE events
     event_delay_s: float = 0.0  # wait before forwarding each SSE event...
     delay_after_events: int = 0  # ...once this many went through at full speed
+    reply: str | None = None  # answer every request with this text, streamed, unforwarded
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,8 @@ class Proxy:
             return
         if b.answer_429 > 0 or b.answer_503 > 0:
             await self._refuse(send, b)
+        elif b.reply is not None:
+            await self._stream_reply(send, b.reply)
         elif b.status is not None:
             await self._answer(send, b.status, {"error": {"message": f"status {b.status}"}}, {})
         else:
@@ -165,6 +168,20 @@ class Proxy:
         raw.append((b"content-type", b"application/json"))
         await send({"type": "http.response.start", "status": status, "headers": raw})
         await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
+
+    async def _stream_reply(self, send: Send, text: str) -> None:
+        """`text` as an OpenAI chat stream: one delta, the finish, the usage, [DONE]."""
+        self.statuses.append(200)
+        chunk = {"id": "chatcmpl-proxy", "object": "chat.completion.chunk", "model": "proxy"}
+        events = [
+            {**chunk, "choices": [{"index": 0, "delta": {"content": text}}]},
+            {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            {**chunk, "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}},
+        ]
+        body = "".join(f"data: {json.dumps(event)}\n\n" for event in events)
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": (body + "data: [DONE]\n\n").encode()})
 
     async def _forward(self, scope: Scope, body: bytes, send: Send) -> None:
         url = self.target + scope["path"].removeprefix("/v1")

@@ -83,9 +83,25 @@ def routes_for_tests(proxy: Proxy) -> dict[str, Any]:
             },
             "hurried": _hurried("no_match"),
             "hurried-default": _hurried("default_label"),
+            # Images: zest's models read text; a rule sends them to a remote route (the proxy).
+            "vision": {
+                "kind": "chat",
+                "model": "upstream",
+                "privacy": "allow_remote",
+                "max_tokens": 8,
+            },
+            "looks": _images_to("vision", privacy="allow_remote"),
+            "looks-private": _images_to("vision", privacy="local_only"),
+            "looks-local": _images_to("chat-local", privacy="allow_remote"),
         }
     )
     return routes
+
+
+def _images_to(target: str, *, privacy: str) -> dict[str, Any]:
+    rule = {"id": "images", "when": {"has_images": True}, "to": target}
+    return {"kind": "chat", "model": "smollm2", "max_tokens": 8, "privacy": privacy,
+            "rules": [rule]}  # fmt: skip
 
 
 def _hurried(on_error: str) -> dict[str, Any]:
@@ -359,6 +375,96 @@ def test_a_classifier_that_times_out_follows_on_error_and_says_so(
     assert entry["cached"] is False  # a failure is not cached: the next request tries again
 
 
+# Images: routed by has_images, forwarded unchanged where privacy allows, refused by text-only
+
+IMAGE = {
+    "type": "image_url",
+    "image_url": {"url": "data:image/png;base64,iVBORw0K", "detail": "low"},
+}
+LOOK = [
+    {"role": "user", "content": [{"type": "text", "text": "What is in this picture?"}, IMAGE]},
+    {"role": "assistant", "content": "A cat."},
+    {"role": "user", "content": "What colour is it?"},  # the last message has no image
+]
+
+
+@pytest.fixture
+def replying(proxy: Proxy) -> Iterator[Proxy]:
+    """The proxy answering a short text (as an upstream that reads images would), counted."""
+    proxy.requests.clear()
+    proxy.behaviour = Behaviour(reply="Orange.")
+    yield proxy
+    proxy.behaviour = Behaviour(status=500)
+
+
+def test_an_image_in_any_message_is_forwarded_unchanged_to_the_remote_route(
+    client: openai.OpenAI, replying: Proxy
+) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model="looks", messages=LOOK, max_tokens=4, extra_body={"route_trace": True}
+    )
+    assert raw.headers["x-zest-rule"] == "images"
+    assert raw.headers["x-zest-route"].startswith("task=vision; model=upstream; device=remote")
+    answer = raw.parse()
+    assert answer.choices[0].message.content == "Orange."
+    assert zest_of(answer)["trace"] == [{"condition": "has_images: true", "result": True}]
+    [received] = replying.requests
+    assert received.body["messages"] == LOOK
+
+
+def test_a_responses_input_image_is_forwarded_as_the_chat_part_it_stands_for(
+    client: openai.OpenAI, replying: Proxy
+) -> None:
+    parts = [
+        {"type": "input_text", "text": "What is in this picture?"},
+        {"type": "input_image", "image_url": "https://example.com/cat.png", "detail": "low"},
+    ]
+    raw = client.responses.with_raw_response.create(
+        model="looks", input=[{"role": "user", "content": parts}], max_output_tokens=16
+    )
+    assert raw.headers["x-zest-rule"] == "images"
+    assert raw.parse().output_text == "Orange."
+    [received] = replying.requests
+    assert received.body["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is in this picture?"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png",
+                                                    "detail": "low"}},
+            ],
+        }
+    ]  # fmt: skip
+
+
+def test_an_image_sent_to_a_text_only_route_is_a_400_naming_it(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="looks-local", messages=LOOK, max_tokens=4)
+    answer = refused.value.response
+    assert answer.headers["x-zest-rule"] == "images"  # refused after the rule: it says so
+    assert answer.headers["x-zest-route"] == "task=chat-local"
+    body = answer.json()
+    assert body["error"]["param"] == "images"
+    assert body["error"]["message"].startswith(
+        "task 'chat-local' has no attempt that can honour images: smollm2 (llamacpp) cannot "
+        "honour images: remove images from the request"
+    )
+    assert {k: body["zest"][k] for k in ("task", "matched_rule", "outputs")} == {
+        "task": "chat-local",
+        "matched_rule": "images",
+        "outputs": {},
+    }
+
+
+def test_an_image_of_a_local_only_route_never_leaves(server: Server, replying: Proxy) -> None:
+    body = {"model": "looks-private", "messages": LOOK, "max_tokens": 4}
+    answer = httpx.post(f"{server.v1}/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["x-zest-rule"] == "images"
+    assert "route 'vision' is local_only" in answer.json()["error"]["message"]
+    assert replying.requests == []  # privacy only tightens: the upstream was never reached
+
+
 # POST /v1/explain
 
 
@@ -475,5 +581,6 @@ def test_a_prompt_of_megabytes_is_decided_then_refused_as_too_long(server: Serve
         "matched_rule": None,
         "default_used": True,
     }
-    assert len(zest["trace"]) >= 7
-    assert not any(entry["result"] for entry in zest["trace"])
+    kinds = {entry["condition"].split(":")[0] for entry in zest["trace"]}
+    assert kinds == {"keywords_any", "keywords_all", "regex", "metadata", "min_chars",
+                     "max_chars", "max_prompt_tokens", "has_tools"}  # fmt: skip
