@@ -3,8 +3,8 @@
 A route's `rules:` are tried top to bottom, first match wins; a request that matches none is
 served by the route itself. A rule is `{id, when, to, outputs?}`: `when` is one condition (a
 mapping whose keys are condition kinds; several keys are an implicit `all`), `to` another route
-of the same kind, `outputs` any mapping copied into the decision. Conditions (README, Routing by
-content, has the semantics table):
+of the same kind, `outputs` any mapping copied into the decision. Conditions (docs/routing.md has
+the semantics table):
 
     keywords_any / keywords_all   substrings, ASCII letters case-folded only
     regex                         RE2 (linear time), searched anywhere, case-sensitive

@@ -188,8 +188,8 @@ def _count(number: int, noun: str) -> str:
 
 
 def _print_models(loaded: LoadedRoutes, facts: dict[str, ModelFacts], pins: dict[str, str]) -> None:
-    """Each local model's context, the KV cache one load of it reserves (README, sizing) and
-    its verified pin."""
+    """Each local model's context, the KV cache one load of it reserves (docs/serving.md,
+    Sizing) and its verified pin."""
     from zest.gateway.cli._tables import print_table
 
     rows = []

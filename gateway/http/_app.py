@@ -495,7 +495,7 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     if status == 404:
         message = (
             f"no such endpoint: {request.method} {clipped(request.url.path)} "
-            "(see README for the API)"
+            "(see docs/http-api.md for the API)"
         )
     elif status == 405:
         message = f"method {request.method} is not allowed on {clipped(request.url.path)}"

@@ -85,7 +85,7 @@ def openapi_config() -> OpenAPIConfig:
         title="zest",
         version="1",
         description="A routing gateway for local LLMs: OpenAI-compatible and task endpoints "
-        "(see the README's HTTP API section).",
+        "(see docs/http-api.md).",
         servers=[Server(url=PREFIX), Server(url="/api/v1")],
         components=Components(security_schemes=_SECURITY_SCHEMES),
         security=[{"bearer": []}, {"apiKey": []}, {}],

@@ -70,7 +70,7 @@ TokenCounter = Callable[[int], Awaitable[int]]
 
 @dataclass(frozen=True)
 class RouteInputs:
-    """What of a request the rules read (README, Routing by content, says which part)."""
+    """What of a request the rules read (docs/routing.md says which part)."""
 
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)

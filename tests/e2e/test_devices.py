@@ -90,11 +90,11 @@ def test_a_pinned_npu_with_fallback_runs_on_cpu_and_says_so(bare: Server) -> Non
     assert reply.headers["x-zest-plan"] == (
         "fallback to cpu: npu: npu is not available (found: cpu); allow_cpu is true"
     )
-    # The pinned npu, left out, is named as the README shows it.
+    # The pinned npu, left out, is named as docs/devices.md shows it.
     assert reply.headers["x-zest-fallbacks"] == (
         "smollm2 on npu: device unavailable: npu is not available (found: cpu)"
     )
-    # The pinned npu, left out, is named as the README shows it.
+    # The pinned npu, left out, is named as docs/devices.md shows it.
     assert reply.headers["x-zest-fallbacks"] == (
         "smollm2 on npu: device unavailable: npu is not available (found: cpu)"
     )

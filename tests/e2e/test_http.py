@@ -227,7 +227,9 @@ def test_a_prompt_longer_than_the_context_is_refused_with_the_numbers(http: http
 def test_unknown_endpoints_and_methods_get_openai_errors(http: httpx.Client) -> None:
     missing = http.get("/v1/nope")
     assert missing.status_code == 404
-    assert error_of(missing)["message"] == "no such endpoint: GET /v1/nope (see README for the API)"
+    assert error_of(missing)["message"] == (
+        "no such endpoint: GET /v1/nope (see docs/http-api.md for the API)"
+    )
     wrong = http.get("/v1/chat/completions")
     assert wrong.status_code == 405
     assert error_of(wrong)["message"] == "method GET is not allowed on /v1/chat/completions"
