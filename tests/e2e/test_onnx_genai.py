@@ -146,7 +146,8 @@ def test_logit_bias_is_refused_on_onnx_genai_naming_the_way_out(client: openai.O
             model="chat", messages=QUESTION, max_tokens=4, logit_bias={"42": -100}
         )
     assert refused.value.param == "logit_bias"
-    assert refused.value.message == (
+    assert isinstance(refused.value.body, dict)
+    assert refused.value.body["message"] == (
         "task 'chat' has no attempt that can honour logit_bias: smollm2-onnx (onnx-genai) "
         "cannot honour logit_bias: remove logit_bias from the request, or route the task to a "
         "model whose engine honours it (docs/policies.md, Engines and their capabilities)"
