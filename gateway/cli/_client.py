@@ -1,22 +1,23 @@
 """What the client commands (chat, run, eval, models list --url) share: where the gateway is
-and the key it takes. `--url` (else $ZEST_URL, else where `zest serve` listens by the same
-environment: $ZEST_HOST and $ZEST_PORT, default http://127.0.0.1:8000) means the server's root
-everywhere, with or without a trailing /v1; `--api-key` (else $ZEST_API_KEY) is sent as a
-bearer token."""
+and the key it takes, from their settings (ClientSettings): `--url` (else $ZEST_URL, else where
+`zest serve` listens by the same environment: $ZEST_HOST and $ZEST_PORT, default
+http://127.0.0.1:8000) means the server's root everywhere, with or without a trailing /v1;
+`--api-key` (else $ZEST_API_KEY) is sent as a bearer token."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import httpx
 
 __all__ = [
     "DEFAULT_URL",
+    "ClientSettings",
     "Gateway",
     "add_gateway_options",
-    "default_url",
     "gateway_of",
     "server_root",
 ]
@@ -25,14 +26,41 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 _EVERY_INTERFACE = {"", "0.0.0.0", "::"}  # a bind address no client can connect to
 
 
-def default_url() -> str:
-    """Where `zest serve` listens with this environment: $ZEST_HOST and $ZEST_PORT (so that
-    `ZEST_PORT=9000 make serve` and a client in the same shell meet), loopback for a server
-    bound to every interface."""
-    host = os.environ.get("ZEST_HOST", "127.0.0.1").strip().strip("[]")
-    host = "127.0.0.1" if host in _EVERY_INTERFACE else host
-    port = os.environ.get("ZEST_PORT", "").strip() or "8000"
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+@dataclass(frozen=True)
+class ClientSettings:
+    """The client commands' settings, taken as the server's Settings are: the flags given over
+    the ZEST_ variables over the defaults (host and port: the server's own, so that
+    `ZEST_PORT=9000 make serve` and a client in the same shell meet). A plain class where the
+    server's is pydantic-settings: a client starts without pydantic and without an engine
+    (tests/unit/cli/test_client_start.py)."""
+
+    url: str | None = None  # --url, $ZEST_URL
+    host: str = "127.0.0.1"  # $ZEST_HOST
+    port: str = "8000"  # $ZEST_PORT
+    api_key: str | None = None  # --api-key, $ZEST_API_KEY
+
+    @classmethod
+    def of(cls, environ: Mapping[str, str] = os.environ, **flags: str | None) -> ClientSettings:
+        """From the flags given (None or empty: not given), else ZEST_<NAME> set and not
+        empty, else the default."""
+        given = {}
+        for name in ("url", "host", "port", "api_key"):
+            value = flags.get(name) or environ.get(f"ZEST_{name.upper()}", "").strip()
+            if value:
+                given[name] = value
+        return cls(**given)
+
+    def server_url(self) -> str:
+        """--url or $ZEST_URL, else where `zest serve` listens with these settings (loopback
+        for a server bound to every interface)."""
+        if self.url:
+            return self.url
+        host = self.host.strip("[]")
+        host = "127.0.0.1" if host in _EVERY_INTERFACE else host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    def gateway(self) -> Gateway:
+        return Gateway(server_root(self.server_url()), self.api_key)
 
 
 def server_root(url: str) -> str:
@@ -66,5 +94,4 @@ def add_gateway_options(parser: argparse.ArgumentParser) -> None:
 
 
 def gateway_of(args: argparse.Namespace) -> Gateway:
-    url = args.url or os.environ.get("ZEST_URL") or default_url()
-    return Gateway(server_root(url), args.api_key or os.environ.get("ZEST_API_KEY") or None)
+    return ClientSettings.of(url=args.url, api_key=args.api_key).gateway()
