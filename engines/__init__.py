@@ -53,7 +53,13 @@ from zest.engines._pool import (
     describe,
 )
 from zest.engines._remote import CONTENT_PARTS, RemoteEngine
-from zest.engines._sources import hf_hub_cache_dir, resolve_source, zest_cache_dir
+from zest.engines._sources import (
+    hf_hub_cache_dir,
+    resolve_source,
+    use_zest_cache,
+    zest_cache_dir,
+    zest_cache_of_environment,
+)
 from zest.engines._stops import StopMatcher
 from zest.engines._tokenizers import load_tokenizer
 from zest.errors import EngineError
@@ -113,8 +119,10 @@ __all__ = [
     "parse_emulation",
     "resolve_source",
     "route_llama_log",
+    "use_zest_cache",
     "verify_model",
     "zest_cache_dir",
+    "zest_cache_of_environment",
 ]
 
 

@@ -104,6 +104,8 @@ class RemoteEngine(Engine):
         self._refuse_if_strict()
         name = self.config.api_key_env
         if name is not None:
+            # The variable routes.yaml names for this upstream's key: a secret kept out of the
+            # file and out of Settings (each model names its own), read once, at load.
             key = os.environ.get(name)
             if not key:
                 raise ServiceUnavailableError(

@@ -1,6 +1,12 @@
 """Finding a model from its routes.yaml `source`: a path, pkg:DIST/FILE, hf:ORG/REPO/FILE (in
 huggingface_hub's cache, at the entry's `revision`) or cache:NAME (a folder or file in zest's
-own cache, `$ZEST_CACHE/models/NAME`).
+own cache, `<cache>/models/NAME`).
+
+zest's cache folder is a setting (Settings.cache, $ZEST_CACHE), handed over to the engines at
+start with `use_zest_cache`; the engines never read zest's variables themselves (they may not
+import the gateway's Settings). Without it: $XDG_CACHE_HOME/zest, else ~/.cache/zest. Hugging
+Face's cache keeps its own variables' meaning ($HF_HUB_CACHE, $HF_HOME), as huggingface_hub
+reads them.
 
 Nothing is downloaded here: a missing file is an error that says how to get it.
 """
@@ -9,6 +15,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from zest.errors import ModelFileMissingError
@@ -18,8 +25,20 @@ __all__ = [
     "ModelFileMissingError",
     "hf_hub_cache_dir",
     "resolve_source",
+    "use_zest_cache",
     "zest_cache_dir",
+    "zest_cache_of_environment",
 ]
+
+
+@dataclass
+class _CacheSetting:
+    # What Settings.cache named at start (None: the XDG default): one folder for the whole
+    # process, as it is the same for every model of every table.
+    folder: Path | None = None
+
+
+_ZEST_CACHE = _CacheSetting()
 
 
 def resolve_source(source: str, base_dir: Path, revision: str | None = None) -> Path:
@@ -94,15 +113,29 @@ def _from_hf_cache(source: str, revision: str | None) -> Path:
 
 
 def hf_hub_cache_dir() -> Path:
-    """$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub (where hf: sources live)."""
+    """$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub (where hf: sources live).
+    Hugging Face's own variables, read here as its tools read them: not zest settings."""
     return Path(os.environ.get("HF_HUB_CACHE") or _hf_home() / "hub").expanduser()
 
 
+def use_zest_cache(folder: Path | None) -> None:
+    """Set zest's cache folder (Settings.cache, at start; None: the XDG default)."""
+    _ZEST_CACHE.folder = None if folder is None else folder.expanduser()
+
+
 def zest_cache_dir() -> Path:
-    """$ZEST_CACHE, else $XDG_CACHE_HOME/zest, else ~/.cache/zest (as the Makefile has it)."""
-    if os.environ.get("ZEST_CACHE"):
-        return Path(os.environ["ZEST_CACHE"]).expanduser()
+    """The folder `use_zest_cache` set, else $XDG_CACHE_HOME/zest, else ~/.cache/zest (as the
+    Makefile and scripts/ have it; XDG's own variable, read as every XDG tool reads it)."""
+    if _ZEST_CACHE.folder is not None:
+        return _ZEST_CACHE.folder
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "zest"
+
+
+def zest_cache_of_environment() -> Path | None:
+    """$ZEST_CACHE, for the engines' own entry points only (`python -m zest.engines.convert`,
+    run by make, without the gateway, whose Settings.cache reads the same variable)."""
+    given = os.environ.get("ZEST_CACHE", "").strip()
+    return Path(given) if given else None
 
 
 # The models zest's own make targets put in its cache (names as engines.convert,

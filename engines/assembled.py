@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zest.engines._sources import zest_cache_dir
+from zest.engines._sources import use_zest_cache, zest_cache_dir, zest_cache_of_environment
 from zest.errors import ConversionError
 
 __all__ = ["ASSEMBLED", "AssembledModel", "assemble_into_cache", "main"]
@@ -106,6 +106,7 @@ def _sha256(path: Path) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    use_zest_cache(zest_cache_of_environment())  # $ZEST_CACHE, as Settings.cache reads it
     parser = argparse.ArgumentParser(prog="python -m zest.engines.assembled", description=__doc__)
     parser.add_argument("package", choices=sorted(ASSEMBLED))
     parser.add_argument("--force", action="store_true", help="assemble again even if cached")

@@ -34,7 +34,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zest.engines._sources import resolve_source, zest_cache_dir
+from zest.engines._sources import (
+    resolve_source,
+    use_zest_cache,
+    zest_cache_dir,
+    zest_cache_of_environment,
+)
 from zest.errors import ConversionError, ModelFileMissingError
 
 __all__ = ["MODEL_NAME", "SOURCE", "convert", "default_out", "is_converted", "main"]
@@ -58,6 +63,7 @@ def is_converted(out: Path) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    use_zest_cache(zest_cache_of_environment())  # $ZEST_CACHE, as Settings.cache reads it
     parser = argparse.ArgumentParser(prog="python -m zest.engines.convert", description=__doc__)
     parser.add_argument("--out", type=Path, help=f"model folder (default: {default_out()})")
     parser.add_argument("--force", action="store_true", help="convert again even if cached")
@@ -145,6 +151,7 @@ def _build(hf: Path, onnx: Path, work: Path) -> None:
 
 
 def _offline_env() -> dict[str, str]:
+    """The environment passed on to the builder, offline (no setting is read here)."""
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 

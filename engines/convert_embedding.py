@@ -27,7 +27,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from zest.engines._sources import zest_cache_dir
+from zest.engines._sources import use_zest_cache, zest_cache_dir, zest_cache_of_environment
 from zest.errors import ConversionError
 
 __all__ = ["MODEL_FILE", "PACKAGE", "convert", "default_out", "main"]
@@ -42,6 +42,7 @@ def default_out() -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    use_zest_cache(zest_cache_of_environment())  # $ZEST_CACHE, as Settings.cache reads it
     parser = argparse.ArgumentParser(
         prog="python -m zest.engines.convert_embedding", description=__doc__
     )
@@ -64,7 +65,7 @@ def convert(out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="zest-embedding-") as scratch:
         folder = _unpack_model(Path(scratch) / "model")
         made = Path(scratch) / MODEL_FILE
-        env = {
+        env = {  # passed on to the converter, offline (no setting is read here)
             **os.environ,
             "PYTHONPATH": f"{converter / 'gguf-py'}{os.pathsep}{converter}",
             "HF_HUB_OFFLINE": "1",

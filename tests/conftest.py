@@ -1,4 +1,5 @@
-"""Fixtures shared by the engine and e2e suites: the real upstream and the proxy before it."""
+"""Fixtures shared by the suites: the real upstream and the proxy before it (engine and e2e),
+and zest's cache folder as the test process sees it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,24 @@ from collections.abc import Iterator
 import pytest
 
 from tests.upstream import Proxy, Upstream, start_upstream, stop_upstream
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The test process takes zest's cache folder from $ZEST_CACHE as zest's commands do (their
+    Settings.cache), so that a test resolving cache: finds what the server it starts finds."""
+    from zest.engines import use_zest_cache, zest_cache_of_environment
+
+    use_zest_cache(zest_cache_of_environment())
+
+
+@pytest.fixture
+def keep_zest_cache() -> Iterator[None]:
+    """A test may set zest's cache folder (use_zest_cache, Settings.cache): put it back after."""
+    from zest.engines import _sources
+
+    before = _sources._ZEST_CACHE.folder
+    yield
+    _sources.use_zest_cache(before)
 
 
 @pytest.fixture(scope="session")

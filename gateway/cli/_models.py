@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,10 +12,11 @@ import httpx
 
 from zest.engines import model_location, verify_model
 from zest.errors import ModelDigestMismatchError, ModelFileMissingError, ZestError
-from zest.gateway.cli._client import server_root
+from zest.gateway.cli._client import ClientSettings, server_root
 from zest.gateway.cli._init import ROUTES_HELP, routes_file
 from zest.gateway.cli._progress import human_size
 from zest.gateway.cli._pull import disk_size, pull
+from zest.gateway.cli._settings import settings_from
 from zest.gateway.cli._tables import print_table
 from zest.router import LoadedRoutes, ModelConfig, RemoteModel, load_routes
 
@@ -69,6 +69,7 @@ def add_models_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def _pull(args: argparse.Namespace) -> int:
+    settings_from()  # the cache folder it pulls into (Settings.cache, ZEST_CACHE)
     pulled = pull(args.what, name=args.name, revision=args.revision, force=args.force)
     if not pulled.copied:
         print(f"already there: {pulled.path} (--force replaces it)")
@@ -78,11 +79,10 @@ def _pull(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    given = args.routes or os.environ.get("ZEST_ROUTES")
-    routes = load_routes(routes_file(Path(given) if given else None))
+    routes = load_routes(routes_file(settings_from(routes=args.routes).routes))
     rows = model_rows(routes)
     if args.url:
-        _add_loaded(rows, args.url, args.api_key or os.environ.get("ZEST_API_KEY"))
+        _add_loaded(rows, args.url, ClientSettings.of(api_key=args.api_key).api_key)
     if args.json:
         print(
             json.dumps({"routes": str(routes.path), "models": [asdict(r) for r in rows]}, indent=2)

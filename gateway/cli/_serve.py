@@ -78,10 +78,9 @@ def _serve(args: argparse.Namespace) -> int:
     routes, checked = checked_or_raise(routes_file(settings.routes), settings)
     for warning in checked.warnings:  # refused: never starts
         log.warning("%s", warning)
-    runtime = Runtime(
+    runtime = Runtime(  # create_app applies the rest of the settings (privacy, cache)
         routes,
         detect_inventory(settings.emulate_devices),
-        strict_privacy=settings.privacy == "strict",
         drain=Drain(grace_s=settings.shutdown_grace_s),
     )
     _log_start(runtime)

@@ -1,4 +1,4 @@
-"""What several commands share: the settings (environment, overridden by flags) and the
+"""What several commands share: the settings (flags over environment over defaults) and the
 checks a start makes on a routes file before anything loads."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from zest.engines import use_zest_cache
 from zest.errors import ConfigError
 from zest.gateway.serving import Preflight, Settings
 from zest.router import LoadedRoutes, check_routes, rule_warnings
@@ -14,11 +15,13 @@ from zest.router import LoadedRoutes, check_routes, rule_warnings
 __all__ = ["checked_or_raise", "preflight_or_raise", "settings_from"]
 
 
-def settings_from(**overrides: object) -> Settings:
-    """The settings, with the flags given (None: not given) over the ZEST_ variables."""
-    given = {key: value for key, value in overrides.items() if value is not None}
+def settings_from(**flags: object) -> Settings:
+    """The settings: the flags given (None: not given) over the ZEST_ variables over the
+    defaults (Settings' sources). zest's cache folder goes to the engines at once, as every
+    command that reads model files starts here."""
+    given = {key: value for key, value in flags.items() if value is not None}
     try:
-        return Settings(**given)  # type: ignore[arg-type]
+        settings = Settings(**given)  # type: ignore[arg-type]
     except ValidationError as exc:
         problems = [
             f"ZEST_{'.'.join(str(p) for p in err['loc']).upper()} (or its flag): "
@@ -26,6 +29,8 @@ def settings_from(**overrides: object) -> Settings:
             for err in exc.errors()
         ]
         raise ConfigError(problems) from None
+    use_zest_cache(settings.cache)
+    return settings
 
 
 def preflight_or_raise(loaded: LoadedRoutes, settings: Settings) -> Preflight:

@@ -550,9 +550,11 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
     closed on shutdown.
 
     `settings` (default: from the environment) gives its keys, CORS origins, body limit and
-    whether the routes file is watched.
+    whether the routes file is watched, and arms the runtime (Runtime.apply: strict privacy,
+    the cache folder).
     """
     settings = settings or Settings()
+    runtime.apply(settings)
     security = HttpSecurity.from_settings(settings)
     reloader = Reloader(runtime, watch=settings.watch)
     handlers = [

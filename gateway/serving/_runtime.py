@@ -27,12 +27,14 @@ from zest.engines import (
     check_model_files,
     create_engine,
     load_tokenizer,
+    use_zest_cache,
     verify_model,
 )
 from zest.errors import EngineError, RequestError, ServiceUnavailableError
 from zest.gateway.serving._drain import Drain
 from zest.gateway.serving._planning import plan_for
 from zest.gateway.serving._routing import RoutingOracle
+from zest.gateway.serving._settings import Settings
 from zest.gateway.serving._tokens import Tokens
 from zest.router import Device, LoadedRoutes, Needs, Placement, Plan, RouteConfig
 
@@ -96,7 +98,8 @@ class Staged:
 class Runtime:
     routes: LoadedRoutes
     inventory: Inventory
-    # ZEST_PRIVACY=strict: every remote attempt is left out of every plan.
+    # Settings.privacy "strict" (ZEST_PRIVACY=strict; create_app applies the settings): every
+    # remote attempt is left out of every plan.
     strict_privacy: bool = False
     # Called with the reason when the warm start cannot serve a route (the CLI stops the server).
     on_fatal: Callable[[str], None] | None = None
@@ -125,6 +128,17 @@ class Runtime:
     @property
     def devices(self) -> dict[str, Device]:
         return self.inventory.devices
+
+    def apply(self, settings: Settings) -> None:
+        """Take what the settings say about serving (create_app does, so Settings in code
+        arms everything): strict privacy, for the planner and every remote engine, made or to
+        be made; it only tightens (a runtime built strict stays strict). And zest's cache
+        folder, for the engines' cache: sources."""
+        if settings.privacy == "strict":
+            self.strict_privacy = True
+            for entry in self.pool.loaded():
+                self._arm(entry.engine)
+        use_zest_cache(settings.cache)
 
     async def start(self) -> None:
         """Start the warm start (in the background: liveness answers at once, readiness when
@@ -403,9 +417,12 @@ class Runtime:
 
     def _create_engine(self, spec: EngineSpec) -> Engine:
         engine = create_engine(spec.model_id, spec.config, spec.base_dir, spec.placement)
+        self._arm(engine)
+        return engine
+
+    def _arm(self, engine: Engine) -> None:
         if isinstance(engine, RemoteEngine):  # Settings.privacy arms the engine's own refusal
             engine.strict_privacy = self.strict_privacy
-        return engine
 
     def _current_spec(self, model_id: str) -> EngineSpec | None:
         """A model's definition in the table now in force (placement does not matter here)."""

@@ -1,4 +1,12 @@
-"""Deployment settings: environment variables with the ZEST_ prefix, overridden by CLI flags."""
+"""Deployment settings, in one place: the flags given on the command line (and the arguments
+given in code), over the environment variables with the ZEST_ prefix, over the defaults.
+
+`zest serve` and the other server-side commands build them with the flags they were given
+(gateway.cli's settings_from); `create_app(runtime, settings)` hands them to the runtime and the
+engines, so `Settings(privacy="strict")` in code arms everything, as ZEST_PRIVACY=strict does.
+The client commands (chat, run, eval) read their few variables through gateway.cli's
+ClientSettings instead, to start without pydantic or an engine.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, PositiveInt, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = ["Settings"]
 
@@ -42,8 +50,25 @@ class Settings(BaseSettings):
     # takes only loopback names, so that a page that rebinds its DNS name to 127.0.0.1 gets
     # nothing; `*`: any (behind a proxy that sends its own name).
     allowed_hosts: str = ""
+    # zest's own cache (cache: sources, digests, converted models, tools); None: the XDG cache,
+    # $XDG_CACHE_HOME/zest else ~/.cache/zest. The engines get it at start (use_zest_cache).
+    cache: Path | None = None
 
-    @field_validator("routes", "api_keys_file", mode="before")
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Where a value comes from, first found wins: the arguments (the command line's flags,
+        as settings_from passes them, or code's), then ZEST_ variables; else the default. No
+        .env file and no secrets folder: nothing else is read."""
+        return init_settings, env_settings
+
+    @field_validator("routes", "api_keys_file", "cache", mode="before")
     @classmethod
     def _blank_is_not_given(cls, value: object) -> object:
         """ZEST_ROUTES= (set but empty) means not given, as `zest models list` reads it; as a

@@ -1,5 +1,5 @@
-"""Model sources: cache:NAME (zest's own cache folder, found through ZEST_CACHE like the Makefile
-does) and hf:ORG/REPO/FILE (huggingface_hub's cache, at the entry's revision)."""
+"""Model sources: cache:NAME (zest's own cache folder, as Settings.cache hands it over at start,
+else XDG's) and hf:ORG/REPO/FILE (huggingface_hub's cache, at the entry's revision)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zest.engines import resolve_source
+from zest.engines import resolve_source, use_zest_cache, zest_cache_dir
 from zest.engines._sources import MADE_BY
 from zest.engines.assembled import ASSEMBLED
 from zest.engines.convert import MODEL_NAME
@@ -16,27 +16,38 @@ from zest.errors import ConfigError, ModelFileMissingError
 from zest.router import load_routes
 
 
-def test_a_cache_source_is_a_folder_under_zest_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ZEST_CACHE", str(tmp_path))
+@pytest.fixture(autouse=True)
+def _restored(keep_zest_cache: None) -> None:
+    """Each test sets the cache folder as a start would; it is put back after."""
+
+
+def test_a_cache_source_is_a_folder_under_zest_cache(tmp_path: Path) -> None:
+    use_zest_cache(tmp_path)
     (tmp_path / "models" / "m").mkdir(parents=True)
     assert resolve_source("cache:m", Path("/elsewhere")) == tmp_path / "models" / "m"
 
 
-def test_without_zest_cache_the_xdg_cache_is_used(
+def test_without_a_cache_setting_the_xdg_cache_is_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("ZEST_CACHE", raising=False)
+    use_zest_cache(None)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     (tmp_path / "zest" / "models" / "m").mkdir(parents=True)
     assert resolve_source("cache:m", Path("/elsewhere")) == tmp_path / "zest" / "models" / "m"
 
 
-def test_a_missing_cache_entry_says_how_to_make_it(
+def test_the_engines_read_no_zest_cache_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ZEST_CACHE", str(tmp_path))
+    """ZEST_CACHE is a setting: Settings reads it, and hands the folder over at start."""
+    use_zest_cache(None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("ZEST_CACHE", str(tmp_path / "variable"))
+    assert zest_cache_dir() == tmp_path / "xdg" / "zest"
+
+
+def test_a_missing_cache_entry_says_how_to_make_it(tmp_path: Path) -> None:
+    use_zest_cache(tmp_path)
     with pytest.raises(ModelFileMissingError) as info:
         resolve_source("cache:m", Path("/elsewhere"))
     assert str(info.value) == (
@@ -56,9 +67,9 @@ def test_a_missing_cache_entry_says_how_to_make_it(
     ],
 )
 def test_a_missing_model_of_zest_s_own_names_the_make_target_that_makes_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, target: str
+    tmp_path: Path, name: str, target: str
 ) -> None:
-    monkeypatch.setenv("ZEST_CACHE", str(tmp_path))
+    use_zest_cache(tmp_path)
     with pytest.raises(ModelFileMissingError) as info:
         resolve_source(f"cache:{name}", Path("/elsewhere"))
     _, what = MADE_BY[name]
