@@ -13,8 +13,9 @@ caller has counted.
 A table of rules is compiled once (the first decision over it) into closures: each leaf's
 values worked out ahead (keywords case-folded, patterns compiled, metadata values in a set)
 and its two trace entries made, so a decision runs no interpretation, only the tests. Every
-regex of a table is also compiled into one alternation, searched once per request: when it
-finds nothing, as for most requests, no single pattern needs a search.
+regex of a table, and every keyword (as a literal), is also compiled into one RE2 alternation,
+searched once per request: when it finds nothing, as for most requests, no single pattern or
+keyword needs a search.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from zest.router._rules import (
     Rule,
     SimilarTo,
     compile_regex,
+    literal,
 )
 
 __all__ = [
@@ -70,8 +72,13 @@ class RouteInput:
     waiting: Callable[[str], int] = lambda route: 0
 
     @functools.cached_property
+    def folded_utf8(self) -> bytes:
+        """The text's UTF-8 with A-Z lowered (a lone surrogate kept as its three bytes)."""
+        return self.text.encode("utf-8", "surrogatepass").lower()
+
+    @functools.cached_property
     def folded(self) -> str:
-        return ascii_fold(self.text)
+        return self.folded_utf8.decode("utf-8", "surrogatepass")
 
     @functools.cached_property
     def utf8_bytes(self) -> int:
@@ -158,7 +165,7 @@ def decide(
     """The first rule whose condition holds sends the request to its route; none: the task's
     own route serves it. Pending when a model-backed result or the token count is needed."""
     program = _program(rules)
-    walk = _Walk(given, results or {}, program.any_regex)
+    walk = _Walk(given, results or {}, program)
     try:
         for rule, test in program.steps:
             if test(walk):
@@ -176,24 +183,44 @@ class _Needs(Exception):
 class _Walk:
     """One decision's state: its input, the trace so far, what it worked out once."""
 
-    __slots__ = ("_any_regex", "_regex_found", "_tokens", "add", "given", "results", "trace")
+    __slots__ = (
+        "_keyword_found",
+        "_program",
+        "_regex_found",
+        "_tokens",
+        "add",
+        "given",
+        "results",
+        "trace",
+    )
 
     def __init__(
-        self, given: RouteInput, results: Mapping[ModelCondition, ModelResult], any_regex: Any
+        self,
+        given: RouteInput,
+        results: Mapping[ModelCondition, ModelResult],
+        program: _Program,
     ) -> None:
-        self.given, self.results = given, results
+        self.given, self.results, self._program = given, results, program
         self.trace: list[TraceEntry] = []
         self.add = self.trace.append
-        self._any_regex = any_regex
         self._regex_found: bool | None = None
+        self._keyword_found: bool | None = None
         self._tokens: int | None = None
 
     def some_regex_matches(self) -> bool:
         """Whether any pattern of the table matches (one search for all, the first time)."""
         if self._regex_found is None:
-            alternation = self._any_regex
+            alternation = self._program.any_regex
             self._regex_found = alternation is None or bool(alternation.search(self.given.utf8))
         return self._regex_found
+
+    def some_keyword_occurs(self) -> bool:
+        """Whether any keyword of the table is in the folded text (one search for all)."""
+        if self._keyword_found is None:
+            alternation = self._program.any_keyword
+            found = alternation is None or alternation.search(self.given.folded_utf8)
+            self._keyword_found = bool(found)
+        return self._keyword_found
 
     def tokens(self) -> int:
         if self._tokens is None:
@@ -209,7 +236,18 @@ Test = Callable[[_Walk], bool]
 @dataclass(frozen=True)
 class _Program:
     steps: tuple[tuple[Rule, Test], ...]
-    any_regex: Any  # every pattern of the table in one alternation (None: none, or no filter)
+    # Every pattern, and every (folded) keyword, of the table in one RE2 alternation each:
+    # what most requests meet none of, searched once instead of once per rule (None: none).
+    any_regex: Any = None
+    any_keyword: Any = None
+
+
+@dataclass
+class _Searched:
+    """What the table's leaves search for, gathered while it compiles."""
+
+    patterns: list[str] = field(default_factory=list)
+    keywords: list[str] = field(default_factory=list)
 
 
 _PROGRAMS: dict[int, tuple[Sequence[Rule], _Program]] = {}
@@ -234,15 +272,16 @@ def _program(rules: Sequence[Rule]) -> _Program:
 
 
 def _compile_table(rules: Sequence[Rule]) -> _Program:
-    patterns: list[str] = []
-    steps = tuple((rule, _compile(rule.when, patterns)) for rule in rules)
-    return _Program(steps, _alternation(patterns))
+    searched = _Searched()
+    steps = tuple((rule, _compile(rule.when, searched)) for rule in rules)
+    keywords = [literal(keyword) for keyword in searched.keywords]
+    return _Program(steps, _alternation(searched.patterns), _alternation(keywords))
 
 
 def _alternation(patterns: list[str]) -> Any:
     """All `patterns` as one RE2 alternation: it matches where any of them does (each in its
     own group, so its flags stay its own). None when there are none, or RE2 refuses the whole
-    (too large): then each pattern is searched on its own."""
+    (too large): then each leaf searches on its own."""
     if not patterns:
         return None
     joined = "|".join(f"(?:{pattern})" for pattern in dict.fromkeys(patterns))
@@ -252,10 +291,10 @@ def _alternation(patterns: list[str]) -> Any:
         return None
 
 
-def _compile(condition: Condition, patterns: list[str]) -> Test:
+def _compile(condition: Condition, searched: _Searched) -> Test:
     """The condition as one test: its kinds in evaluation order, all of which must hold."""
     tests = tuple(
-        _compile_part(kind, value, text, patterns) for kind, value, text in condition.parts()
+        _compile_part(kind, value, text, searched) for kind, value, text in condition.parts()
     )
     if len(tests) == 1:
         return tests[0]
@@ -271,19 +310,21 @@ def _compile(condition: Condition, patterns: list[str]) -> Test:
     return every
 
 
-def _compile_part(kind: str, value: Any, text: str, patterns: list[str]) -> Test:
+def _compile_part(kind: str, value: Any, text: str, searched: _Searched) -> Test:
     if kind == "any":
-        return _any(tuple(_compile(child, patterns) for child in value))
+        return _any(tuple(_compile(child, searched) for child in value))
     if kind == "all":
-        return _all(tuple(_compile(child, patterns) for child in value))
+        return _all(tuple(_compile(child, searched) for child in value))
     if kind == "not_":
-        inner = _compile(value, patterns)
+        inner = _compile(value, searched)
         return lambda walk: not inner(walk)
     if kind in ("similar_to", "classify"):
         return _model_backed(value, text)
     entries = (TraceEntry(text, False), TraceEntry(text, True))
     if kind == "regex":
-        return _regex(value, entries, patterns)
+        return _regex(value, entries, searched)
+    if kind in ("keywords_any", "keywords_all"):
+        return _keywords(value, entries, searched, every=kind == "keywords_all")
     return _LEAVES[kind](value, entries)
 
 
@@ -310,35 +351,42 @@ def _all(children: tuple[Test, ...]) -> Test:
 Entries = tuple[TraceEntry, TraceEntry]  # a leaf's trace entry when false, when true
 
 
-def _keywords(words: tuple[str, ...], entries: Entries, every: bool) -> Test:
+def _keywords(words: tuple[str, ...], entries: Entries, searched: _Searched, every: bool) -> Test:
+    """Substrings of the folded text, unless no keyword of the table occurs in it at all (no
+    keyword is empty: then none of these does). A keyword RE2 cannot take as UTF-8 (a lone
+    surrogate) is looked for on its own."""
     folded = tuple(dict.fromkeys(ascii_fold(word) for word in words))
-    if len(folded) == 1:  # the common case, without a map
-        (word,) = folded
-
-        def keyword(walk: _Walk) -> bool:
-            held = word in walk.given.folded
-            walk.add(entries[held])
-            return held
-
-        return keyword
+    filtered = all(_is_utf8(word) for word in folded)
+    if filtered:
+        searched.keywords += folded
     combine = all if every else any
 
     def keywords(walk: _Walk) -> bool:
-        held = combine(map(walk.given.folded.__contains__, folded))
+        held = (not filtered or walk.some_keyword_occurs()) and combine(
+            map(walk.given.folded.__contains__, folded)
+        )
         walk.add(entries[held])
         return held
 
     return keywords
 
 
-def _regex(pattern: str, entries: Entries, patterns: list[str]) -> Test:
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _regex(pattern: str, entries: Entries, searched: _Searched) -> Test:
     """Searched over the text's UTF-8 bytes (RE2 matches UTF-8 either way, and bytes spare its
     wrapper an encoding and offset mapping per search), unless the table's alternation found
     nothing. A pattern quoting with \\Q may quote past its own group: searched on its own."""
     compiled = compile_regex(pattern.encode("utf-8"))
     filtered = "\\Q" not in pattern
     if filtered:
-        patterns.append(pattern)
+        searched.patterns.append(pattern)
 
     def regex(walk: _Walk) -> bool:
         held = (not filtered or walk.some_regex_matches()) and bool(
@@ -397,36 +445,40 @@ def _flag(read: Callable[[RouteInput], bool]) -> Callable[[bool, Entries], Test]
 
 
 def _metadata(match: MetadataMatch, entries: Entries) -> Test:
-    """One key of the metadata; a value that is empty or only whitespace counts as absent."""
-    check = _metadata_check(match)
+    """One key of the metadata; a value that is empty or only whitespace counts as absent.
+    One closure per test, the presence check inlined: it runs for every rule of a table."""
     key = match.key
-
-    def metadata(walk: _Walk) -> bool:
-        held = check(walk.given.metadata.get(key))
-        walk.add(entries[held])
-        return held
-
-    return metadata
-
-
-def _present(value: Any) -> bool:
-    # Not empty and not only whitespace (as strip() judges whitespace).
-    return isinstance(value, str) and value != "" and not value.isspace()
-
-
-def _metadata_check(match: MetadataMatch) -> Callable[[Any], bool]:
     if match.exists is not None:
         wanted = match.exists
-        return lambda value: _present(value) == wanted
+
+        def exists(walk: _Walk) -> bool:
+            value = walk.given.metadata.get(key)
+            held = (isinstance(value, str) and value != "" and not value.isspace()) == wanted
+            walk.add(entries[held])
+            return held
+
+        return exists
     if match.equals is not None:
-        equals, usable = match.equals, _present(match.equals)  # "" never matches
-        return lambda value: usable and value == equals
+        equals, usable = match.equals, match.equals != "" and not match.equals.isspace()
+
+        def equal(walk: _Walk) -> bool:
+            held = usable and walk.given.metadata.get(key) == equals  # "" never matches
+            walk.add(entries[held])
+            return held
+
+        return equal
     listed = frozenset(match.any or ())
 
-    def any_listed(value: Any) -> bool:
-        if not _present(value):
-            return False
-        return value in listed or not listed.isdisjoint(map(str.strip, value.split(",")))
+    def any_listed(walk: _Walk) -> bool:
+        value = walk.given.metadata.get(key)
+        held = (
+            isinstance(value, str)
+            and value != ""
+            and not value.isspace()
+            and (value in listed or not listed.isdisjoint(map(str.strip, value.split(","))))
+        )
+        walk.add(entries[held])
+        return held
 
     return any_listed
 
@@ -443,8 +495,6 @@ def _queued_over(value: QueuedOver, entries: Entries) -> Test:
 
 
 _LEAVES: dict[str, Callable[[Any, Entries], Test]] = {
-    "keywords_any": lambda words, entries: _keywords(words, entries, every=False),
-    "keywords_all": lambda words, entries: _keywords(words, entries, every=True),
     "min_chars": _chars(least=True),
     "max_chars": _chars(least=False),
     "min_prompt_tokens": _tokens(least=True),

@@ -38,6 +38,7 @@ __all__ = [
     "SimilarTo",
     "compile_regex",
     "leaf_text",
+    "literal",
 ]
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -69,6 +70,14 @@ def compile_regex(pattern: str | bytes) -> Any:
             f"regex {pattern!r} is not one RE2 runs ({reason}): zest matches in linear time, "
             "so backreferences and lookarounds are out; rewrite it without them"
         ) from None
+
+
+def literal(text: str) -> str:
+    """`text` as an RE2 pattern matching it as it is (RE2's QuoteMeta)."""
+    import re2
+
+    escaped: str = re2.escape(text)
+    return escaped
 
 
 def leaf_text(kind: str, value: Any) -> str:

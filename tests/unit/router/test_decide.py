@@ -123,6 +123,21 @@ def test_a_pattern_quoting_with_q_is_searched_on_its_own() -> None:
     assert matched(table, "b") is None
 
 
+def test_a_table_s_keywords_are_looked_for_together_as_literals() -> None:
+    """A table's keywords are first looked for in one search: a keyword's regex characters
+    are literal there, and one RE2 cannot take (a lone surrogate) is looked for on its own."""
+    table = (
+        rule({"keywords_any": ["zzz"]}, id="z"),
+        rule({"keywords_all": ["A.B", "(x|"]}, id="both"),
+        rule({"keywords_any": ["\ud800"]}, id="surrogate"),
+    )
+    assert matched(table, "a.b then (X|") == "both"
+    assert matched(table, "aXb then (x|") is None  # `.` is no wildcard
+    assert matched(table, "a.b alone") is None
+    assert matched(table, "lone \ud800 here") == "surrogate"
+    assert matched(table, "ZZZ") == "z"
+
+
 def test_a_table_is_compiled_once_and_evaluated_alike_every_time() -> None:
     table = (rule({"keywords_any": ["def "], "max_chars": 40}, id="code"),)
     first, again = (decide("task", table, RouteInput("def f(): pass")) for _ in range(2))
