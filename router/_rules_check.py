@@ -9,7 +9,7 @@ import difflib
 from collections.abc import Iterator, Mapping
 
 from zest.router._rules import Classify, Condition, Rule, SimilarTo
-from zest.router._schema import RouteConfig, RoutesFile
+from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 
 __all__ = [
     "file_phrase_problems",
@@ -81,7 +81,22 @@ def rule_warnings(config: RoutesFile) -> list[str]:
                     "local_only: requests it sends there keep local_only, so those attempts "
                     "are skipped for them"
                 )
+            if rule.when.has_images and not _reads_images(config, target, route):
+                warnings.append(
+                    f"{at}: route {rule.to!r} has no remote model {task!r} may reach, and "
+                    "zest's own engines read no images: every request this rule sends there "
+                    "(has_images) is refused (400)"
+                )
     return warnings
+
+
+def _reads_images(config: RoutesFile, target: RouteConfig, caller: RouteConfig) -> bool:
+    """Whether a request with images may reach a remote model (the only kind that reads them)
+    through `target`: one of its models is remote, and both routes allow remote attempts."""
+    if "local_only" in (target.privacy, caller.privacy):
+        return False
+    models = [target.model, *(entry.model for entry in target.fallback)]
+    return any(config.models[model].engine == REMOTE_ENGINE for model in models)
 
 
 def _target_problems(

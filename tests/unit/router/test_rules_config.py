@@ -128,3 +128,28 @@ def test_a_target_with_rules_and_one_that_sends_data_out_are_warned_of() -> None
         "routes.chat2.rules.0.to: route 'chat' has rules of its own, which a request routed "
         "here by 'chat2' does not follow (one hop)",
     ]
+
+
+def test_an_image_rule_whose_target_cannot_read_images_is_warned_of() -> None:
+    chat = """  chat:
+    kind: chat
+    model: small
+    privacy: allow_remote
+    rules:
+      - {id: local, when: {has_images: true}, to: chat-local}
+      - {id: remote, when: {has_images: true}, to: chat-up}
+      - {id: other, when: {has_images: false}, to: chat-local}
+  private:
+    kind: chat
+    model: small
+    rules: [{id: remote, when: {has_images: true}, to: chat-up}]
+"""
+    warnings = rule_warnings(parse_routes(HEAD + chat, "routes.yaml"))
+    assert [w for w in warnings if "(has_images)" in w] == [
+        "routes.chat.rules.0.to: route 'chat-local' has no remote model 'chat' may reach, and "
+        "zest's own engines read no images: every request this rule sends there (has_images) "
+        "is refused (400)",
+        "routes.private.rules.0.to: route 'chat-up' has no remote model 'private' may reach, "
+        "and zest's own engines read no images: every request this rule sends there "
+        "(has_images) is refused (400)",
+    ]
