@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AllowInfNan,
@@ -28,17 +28,19 @@ from zest.router import ResponseFormat
 __all__ = [
     "IGNORED_FIELDS",
     "INT64",
+    "TEXT_OR_PARTS",
     "ChatMessage",
     "ChatRequest",
     "CompletionRequest",
     "EmbeddingRequest",
     "ImagePart",
     "Number",
+    "Refused",
     "SamplingFields",
     "StreamOptions",
     "TaskRequest",
     "TextPart",
-    "text_or_parts",
+    "parts_of",
 ]
 
 MAX_STOPS = 16
@@ -94,37 +96,48 @@ class ImagePart(_Body):
     image_url: ImageUrl
 
 
-class UnknownPart(_Body):
-    """A content part of a kind zest does not take (input_audio, file, ...): refused."""
+class Refused(_Body):
+    """A content part (or an item) of a kind zest does not take: refused, saying what it
+    takes. `says` is the message, `%s` the type sent."""
 
     model_config = ConfigDict(extra="allow")
     type: Any
+    says: ClassVar[str]
 
     @field_validator("type")
     @classmethod
     def _refuse(cls, kind: Any) -> Any:
-        raise ValueError(
-            f"a content part of type {shown(kind)} is not one zest takes: send text parts "
-            '({"type": "text", "text": "..."}), or image_url parts for a route whose model '
-            "reads images"
-        )
+        raise ValueError(cls.says % shown(kind))
 
 
-_PART_TAGS = {"text": "Text", "image_url": "Image"}
+class UnknownPart(Refused):
+    says = (
+        'a content part of type %s is not one zest takes: send text parts ({"type": "text", '
+        '"text": "..."}), or image_url parts for a route whose model reads images'
+    )
 
 
-def _part_tag(part: Any) -> str | None:
-    """The part's model, by its type; tags are capitalised, as union members, so that an
-    error's key path is the client's (see http._body_errors)."""
-    if isinstance(part, BaseModel):  # a part made here (a Responses input as chat)
-        part = {"type": getattr(part, "type", None)}
-    if not isinstance(part, dict):
-        return None  # not an object: the discriminator's error says so
-    kind = part.get("type")
-    return _PART_TAGS.get(kind, "Unknown") if isinstance(kind, str) else "Unknown"
+def parts_of(tags: dict[str, str], example: str) -> Discriminator:
+    """The discriminator of a content part's models, by its `type` (any other: Unknown, which
+    refuses it); what is no object is an error saying to send `example`. Tags are capitalised,
+    as union members, so that an error's key path is the client's (see http._body_errors)."""
+
+    def tag(part: Any) -> str | None:
+        if isinstance(part, BaseModel):  # a part made here (a Responses input as chat)
+            part = {"type": getattr(part, "type", None)}
+        if not isinstance(part, dict):
+            return None  # not an object: the discriminator's error says so
+        kind = part.get("type")
+        return tags.get(kind, "Unknown") if isinstance(kind, str) else "Unknown"
+
+    return Discriminator(
+        tag,
+        custom_error_type="part_not_object",
+        custom_error_message=f"a content part is an object: send {example}",
+    )
 
 
-def text_or_parts(content: Any) -> str | None:
+def _text_or_parts(content: Any) -> str | None:
     """A message content's kind, a string or a list of parts, so that a list's errors are
     its parts' alone (None: neither, which the discriminator's error says)."""
     if isinstance(content, str):
@@ -132,27 +145,19 @@ def text_or_parts(content: Any) -> str | None:
     return "list" if isinstance(content, list) else None
 
 
+TEXT_OR_PARTS = Discriminator(
+    _text_or_parts,
+    custom_error_type="content_type",
+    custom_error_message="send a string or a list of content parts",
+)
 ContentPart = Annotated[
     Annotated[TextPart, Tag("Text")]
     | Annotated[ImagePart, Tag("Image")]
     | Annotated[UnknownPart, Tag("Unknown"), SkipJsonSchema()],
-    Discriminator(
-        _part_tag,
-        custom_error_type="part_not_object",
-        custom_error_message=(
-            'a content part is an object: send {"type": "text", "text": "..."} or an image_url part'
-        ),
-    ),
+    parts_of({"text": "Text", "image_url": "Image"}, '{"type": "text", "text": "..."}'),
 ]
-
-
 Content = Annotated[
-    Annotated[str, Tag("str")] | Annotated[list[ContentPart], Tag("list")],
-    Discriminator(
-        text_or_parts,
-        custom_error_type="content_type",
-        custom_error_message="send a string or a list of content parts",
-    ),
+    Annotated[str, Tag("str")] | Annotated[list[ContentPart], Tag("list")], TEXT_OR_PARTS
 ]
 
 

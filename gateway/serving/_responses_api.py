@@ -22,12 +22,14 @@ from pydantic.json_schema import SkipJsonSchema
 from zest.errors import shown
 from zest.gateway.serving._requests import (
     INT64,
+    TEXT_OR_PARTS,
     ChatMessage,
     ImagePart,
     Number,
+    Refused,
     SamplingFields,
     TextPart,
-    text_or_parts,
+    parts_of,
 )
 from zest.gateway.serving._responses_options import ResponsesOptions
 from zest.gateway.serving._routing import RouteInputs
@@ -77,52 +79,24 @@ class InputImage(_Body):
         return ImagePart.model_validate({"type": "image_url", "image_url": url})
 
 
-class UnknownContent(_Body):
-    """A content part of a kind zest does not take (input_file, input_audio...): refused."""
-
-    model_config = ConfigDict(extra="allow")
-    type: Any
-
-    @field_validator("type")
-    @classmethod
-    def _refuse(cls, kind: Any) -> Any:
-        raise ValueError(
-            f"a content part of type {shown(kind)} is not one zest takes: send input_text "
-            "parts, or input_image parts for a route whose model reads images"
-        )
-
-
-def _content_tag(part: Any) -> str | None:
-    if not isinstance(part, dict):
-        return None
-    kind = part.get("type")
-    if kind in ("input_text", "output_text"):
-        return "Text"
-    return "Image" if kind == "input_image" else "Unknown"
+class UnknownContent(Refused):
+    says = (
+        "a content part of type %s is not one zest takes: send input_text parts, or "
+        "input_image parts for a route whose model reads images"
+    )
 
 
 InputContent = Annotated[
     Annotated[InputText, Tag("Text")]
     | Annotated[InputImage, Tag("Image")]
     | Annotated[UnknownContent, Tag("Unknown"), SkipJsonSchema()],
-    Discriminator(
-        _content_tag,
-        custom_error_type="part_not_object",
-        custom_error_message=(
-            'a content part is an object: send {"type": "input_text", "text": "..."} or an '
-            "input_image part"
-        ),
+    parts_of(
+        {"input_text": "Text", "output_text": "Text", "input_image": "Image"},
+        '{"type": "input_text", "text": "..."}',
     ),
 ]
-
-
 MessageContent = Annotated[
-    Annotated[str, Tag("str")] | Annotated[list[InputContent], Tag("list")],
-    Discriminator(
-        text_or_parts,
-        custom_error_type="content_type",
-        custom_error_message="send a string or a list of content parts",
-    ),
+    Annotated[str, Tag("str")] | Annotated[list[InputContent], Tag("list")], TEXT_OR_PARTS
 ]
 
 
@@ -172,19 +146,13 @@ class FunctionCallOutput(_Body):
     output: str
 
 
-class UnknownItem(_Body):
+class UnknownItem(Refused):
     """An item of a kind zest does not read (reasoning, a file search call, ...): refused."""
 
-    model_config = ConfigDict(extra="allow")
-    type: Any
-
-    @field_validator("type")
-    @classmethod
-    def _refuse(cls, kind: Any) -> Any:
-        raise ValueError(
-            f"an item of type {shown(kind)} is not one zest reads: send message, function_call "
-            "and function_call_output items"
-        )
+    says = (
+        "an item of type %s is not one zest reads: send message, function_call and "
+        "function_call_output items"
+    )
 
 
 _ITEM_TAGS = {
