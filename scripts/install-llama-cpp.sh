@@ -59,6 +59,7 @@ if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
     echo "building llama-cpp-python $version, $backend backend (minutes; cached in $dir)" >&2
     echo "  CMAKE_ARGS=$build_flags" >&2
     tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT # a failed build leaves nothing behind
     start=$SECONDS
     CMAKE_ARGS="$build_flags" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
         "$python" -m pip wheel --quiet --no-cache-dir --no-deps "llama-cpp-python==$version" -w "$tmp"
