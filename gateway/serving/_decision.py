@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from zest.errors import BadRequestError
 from zest.gateway.serving._explain import explain_task
-from zest.gateway.serving._generation import build_prompt, route_request
+from zest.gateway.serving._generation import build_prompt, request_needs, route_request
 from zest.gateway.serving._requests import (
     IGNORED_FIELDS,
     ChatRequest,
@@ -147,6 +147,13 @@ async def explain_request(
         strict_privacy=runtime.strict_privacy,
         contexts=await runtime.model_contexts(routes),
         route=route,
+        needs=request_needs(
+            route,
+            parsed.body,
+            inputs.get("tools"),
+            getattr(parsed.body, "suffix", None),
+            inputs.get("messages"),
+        ),
     )
     decision = routed.decision.as_dict(with_trace=True) if routed.decision else None
     return {"requested_task": task, "endpoint": parsed.endpoint, "decision": decision, **explained}

@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from zest.engines import Inventory
-from zest.errors import DeviceUnavailableError
+from zest.errors import BadRequestError, DeviceUnavailableError
 from zest.gateway.serving._planning import plan_for
 from zest.policies import describe_budget
 from zest.router import (
     STRICT_REASON,
     Device,
+    Needs,
     Placement,
     RouteConfig,
     RoutesFile,
@@ -43,11 +44,13 @@ def explain_task(
     strict_privacy: bool = False,
     contexts: Mapping[str, int | None] | None = None,
     route: RouteConfig | None = None,
+    needs: Needs | None = None,
 ) -> dict[str, Any]:
     """The plan for `task` without running it; an impossible plan is shown with its error.
     Each attempt says what its budget does to a prompt of `prompt_tokens` tokens, with the
     model's context from `contexts` (by model id; default: the declared context_length).
-    `route`: the task's route as a routing rule hands it over (its privacy tightened)."""
+    `route`: the task's route as a routing rule hands it over (its privacy tightened);
+    `needs`: what the request asks of an engine (logprobs, images, ...), as serving plans it."""
     route = route or find_route(task, None, routes)
     result: dict[str, Any] = {
         "task": task,
@@ -81,12 +84,13 @@ def explain_task(
             prompt_tokens=prompt_tokens,
             load=load,
             strict_privacy=strict_privacy,
+            needs=needs,
         )
-    except DeviceUnavailableError as exc:
+    except (DeviceUnavailableError, BadRequestError) as exc:  # no device, or no capable engine
         return {
             **result,
             "attempts": [],
-            "removed": list(exc.removed),
+            "removed": list(getattr(exc, "removed", ())),
             "error": exc.to_body()["error"],
         }
     known = dict(contexts or {})

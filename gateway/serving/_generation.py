@@ -57,7 +57,14 @@ from zest.router import (
     tightened,
 )
 
-__all__ = ["Generation", "build_prompt", "close_all", "start_choices", "start_generation"]
+__all__ = [
+    "Generation",
+    "build_prompt",
+    "close_all",
+    "request_needs",
+    "start_choices",
+    "start_generation",
+]
 
 log = logging.getLogger("zest.gateway")
 Kind = Literal["chat", "completion"]
@@ -254,7 +261,7 @@ async def start_generation(
         asked = build_prompt(route, kind, messages, prompt, tools, suffix=suffix)
         deadline = Deadline.start(name, route.timeouts)
         counted = await runtime.count_prompt(routes, route.model, asked)
-        needs = _needs(route, body, tools, suffix, images=_has_images(messages))
+        needs = request_needs(route, body, tools, suffix, messages)
         plan = runtime.plan(routes, name, route, prompt_tokens=counted, needs=needs)
         walk = _Walk(runtime, routes, plan, asked, body, request_id, deadline, events, tools, group)
         activity = runtime.drain.track()  # a shutdown's grace covers the wait for a first token
@@ -333,18 +340,18 @@ def _has_images(messages: Sequence[ChatMessage] | None) -> bool:
     return any(message.has_images() for message in messages or ())
 
 
-def _needs(
+def request_needs(
     route: RouteConfig,
     body: SamplingFields,
     tools: ToolUse | None,
     suffix: str | None,
-    *,
-    images: bool,
+    messages: Sequence[ChatMessage] | None,
 ) -> Needs:
     """What the request asks of the engine that serves it: the planner leaves out attempts
-    whose engine cannot honour it, instead of one refusing it mid-walk."""
+    whose engine cannot honour it, instead of one refusing it mid-walk (explain plans with
+    the same record, so it shows the same attempts)."""
     return Needs(
-        images=images,
+        images=_has_images(messages),
         logprobs=body.logprob_count() is not None,
         logit_bias=bool(body.biases()),
         structured_output=_response_format(route, body) is not None,

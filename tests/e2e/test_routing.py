@@ -490,6 +490,18 @@ def test_explain_shows_the_decision_its_trace_and_the_chosen_routes_plan(server:
     assert [a["model"] for a in explained["attempts"]] == ["gemma"]
 
 
+def test_explain_plans_with_what_the_request_asks_of_an_engine(server: Server) -> None:
+    """An image routed to a text-only route: explain shows the 400 serving would answer, not
+    attempts that would be left out (the planner is given the request's needs, as in serving)."""
+    answer = explain(server, "looks-local", {"messages": LOOK})
+    assert answer.status_code == 200, answer.text
+    explained = answer.json()
+    assert explained["decision"]["route_to"] == "chat-local"
+    assert explained["attempts"] == []
+    assert explained["error"]["param"] == "images"
+    assert "cannot honour images" in explained["error"]["message"]
+
+
 def test_explain_refuses_what_it_cannot_decide(server: Server) -> None:
     unknown = explain(server, "nope", {"prompt": "x"})
     assert unknown.status_code == 404
