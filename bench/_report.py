@@ -17,7 +17,17 @@ PEER = "llama-server"
 
 def format_report(report: dict[str, Any]) -> str:
     lines: list[str] = []
-    parts = (_cold, _ceiling, _levels, _targets, _prefix, _speculation, _zest_alone, _routing)
+    parts = (
+        _cold,
+        _ceiling,
+        _levels,
+        _targets,
+        _mixed,
+        _prefix,
+        _speculation,
+        _zest_alone,
+        _routing,
+    )
     for part in parts:
         lines += part(report)
     return "\n".join(lines)
@@ -91,6 +101,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
         found.append((f"{streams} streams: aggregate >= 1.25x {PEER}", ratio, "x", ratio >= 1.25))
         ratio = mine.ttft_p95_ms / theirs.ttft_p95_ms
         found.append((f"{streams} streams: TTFT p95 <= 0.9x {PEER}", ratio, "x", ratio <= 0.9))
+    found += _mixed_targets(report.get("mixed"))
     speculation = report.get("speculation")
     if speculation:
         ratio = speculation["ratio"]
@@ -101,6 +112,48 @@ def targets(report: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
         name = f"routing: 100 rules, decision p50 <= {TARGET_P50_MS} ms"
         found.append((name, p50, " ms", p50 <= TARGET_P50_MS))
     return found
+
+
+MIXED_P95_RATIO = 3.0  # the interactive task's p95 beside the summaries over its p95 alone
+
+
+def _mixed_targets(mixed: dict[str, Any] | None) -> list[tuple[str, float, str, bool]]:
+    servers = (mixed or {}).get("servers", {})
+    mine, theirs = servers.get("zest"), servers.get(PEER)
+    found = []
+    if mine:
+        ratio = mine["p95_ratio"]
+        name = f"mixed: autocomplete TTFT p95 loaded <= {MIXED_P95_RATIO:.0f}x alone"
+        found.append((name, ratio, "x", ratio <= MIXED_P95_RATIO))
+    if mine and theirs and theirs["loaded"]["summary_tps"]:
+        ratio = mine["loaded"]["summary_tps"] / theirs["loaded"]["summary_tps"]
+        found.append((f"mixed: summaries tok/s >= 1.0x {PEER}", ratio, "x", ratio >= 1.0))
+    return found
+
+
+def _mixed(report: dict[str, Any]) -> list[str]:
+    """The mixed phase as the issue's table: a row a server."""
+    mixed = report.get("mixed")
+    if not mixed:
+        return []
+    lines = [
+        f"mixed: autocomplete 1/s ({mixed['autocomplete_tokens']} tokens) for "
+        f"{mixed['seconds']} s alone, then beside {mixed['summaries']} looping summaries "
+        f"({mixed['summary_tokens']} tokens), {mixed['rounds']} round(s):",
+        f"  {'server':<14} {'TTFT p50/p95 alone':>20} {'beside summaries':>20} "
+        f"{'p95 loaded/alone':>17} {'summaries tok/s':>16}",
+    ]
+    for name, figures in mixed["servers"].items():
+        idle, loaded = figures["idle"], figures["loaded"]
+        lines.append(
+            f"  {name:<14} {_p50_p95(idle):>20} {_p50_p95(loaded):>20} "
+            f"{figures['p95_ratio']:>16.1f}x {loaded['summary_tps']:>16.1f}"
+        )
+    return lines
+
+
+def _p50_p95(figures: dict[str, Any]) -> str:
+    return f"{figures['ttft_p50_ms']:,.0f} / {figures['ttft_p95_ms']:,.0f} ms"
 
 
 def _rules_row(report: dict[str, Any], count: int) -> dict[str, Any] | None:
@@ -208,6 +261,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
         (_ttft, "levels"),
         (_prefill, "prefill"),
         (_sustained, "sustained"),
+        (_mixed_ttft, "mixed"),
+        (_mixed_tps, "mixed"),
     )
     panels = [draw for draw, key in wanted if report.get(key)]
     if not panels:
@@ -266,3 +321,23 @@ def _sustained(report: dict[str, Any], axis: Any) -> None:
         title=f"Sustained, {report['sustained']['streams']} streams",
         ylim=(0, None),
     )
+
+
+def _mixed_ttft(report: dict[str, Any], axis: Any) -> None:
+    """Autocomplete TTFT p95 alone and beside the summaries, server by server (log scale)."""
+    servers = report["mixed"]["servers"]
+    names = list(servers)
+    for offset, spell in ((-0.2, "idle"), (0.2, "loaded")):
+        heights = [servers[name][spell]["ttft_p95_ms"] for name in names]
+        label = "alone" if spell == "idle" else "beside the summaries"
+        axis.bar([n + offset for n in range(len(names))], heights, width=0.4, label=label)
+    axis.set_xticks(range(len(names)), names)
+    axis.set(yscale="log", ylabel="autocomplete TTFT p95 (ms)", title="Mixed: interactive task")
+    axis.legend()
+
+
+def _mixed_tps(report: dict[str, Any], axis: Any) -> None:
+    servers = report["mixed"]["servers"]
+    names = list(servers)
+    axis.bar(names, [servers[name]["loaded"]["summary_tps"] for name in names])
+    axis.set(ylabel="summaries' tokens/s", title="Mixed: batch task")

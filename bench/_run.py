@@ -1,6 +1,7 @@
 """`zest bench`: zest against llama.cpp's llama-server, the packaged llama_cpp.server and raw
-llama-cpp-python in one run, beside the hardware ceiling; and zest's own phases (cold start,
-prefill, decode, latency, prefix reuse, speculation, a sustained load, routing decisions).
+llama-cpp-python in one run, beside the hardware ceiling; an interactive task beside a batch
+task, zest and llama-server side by side (mixed, bench/_mixed.py); and zest's own phases (cold
+start, prefill, decode, latency, prefix reuse, speculation, a sustained load, routing decisions).
 
 Every server is started here on loopback with the same model file and threads; levels are
 interleaved server by server, and the ceiling is measured in the same run: shared machines
@@ -13,17 +14,20 @@ import json
 import os
 import sys
 import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zest.bench import _phases
 from zest.bench._compare import PROMPT_TOKENS, ceiling, compare_servers
+from zest.bench._mixed import MixedServer, mixed
 from zest.bench._report import format_report, plot
 from zest.bench._routing import routing
 from zest.bench._servers import (
     find_llama_server,
     free_port,
+    llama_server,
     peers,
     routes_file,
     zest_server,
@@ -36,6 +40,7 @@ PHASES = (
     "cold",
     "routing",
     "servers",
+    "mixed",
     "prefix",
     "speculation",
     "prefill",
@@ -44,7 +49,8 @@ PHASES = (
     "sustained",
 )
 IN_PROCESS = ("cold", "routing")  # the phases that need no zest server of the bench's
-DEFAULT_PHASES = tuple(phase for phase in PHASES if phase != "sustained")
+LONG = ("mixed", "sustained")  # minutes each: run when named (or `all`)
+DEFAULT_PHASES = tuple(phase for phase in PHASES if phase not in LONG)
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class BenchOptions:
     prefill_sizes: list[int] = field(default_factory=lambda: [128, 1024, 4096])
     minutes: float = 2.0  # the sustained phase's length
     streams: int = 4  # the sustained phase's clients
+    seconds: int = 45  # each spell of the mixed phase (idle, then loaded)
 
 
 def run_bench(options: BenchOptions) -> dict[str, Any]:
@@ -84,6 +91,8 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
         with serving(zest.command, zest.probe, out / zest.log, name="zest serve") as process:
             if "servers" in phases:
                 report.update(_servers(options, zest))
+            if "mixed" in phases:
+                report["mixed"] = _mixed(options, zest)
             report.update(_zest_phases(options, zest, process.pid))
     return _written(report, out)
 
@@ -122,14 +131,19 @@ def _ceiling_report(options: BenchOptions) -> dict[str, Any]:
     }
 
 
-def _servers(options: BenchOptions, zest: Any) -> dict[str, Any]:
+def _llama_server_binary(options: BenchOptions, instead: str) -> Path | None:
     binary = find_llama_server(options.llama_server)
     if binary is None:
         print(
             "llama-server not found: `make llama-server` builds it from the vendored sources "
-            "(or pass --llama-server PATH); comparing with llama_cpp.server only",
+            f"(or pass --llama-server PATH); {instead}",
             file=sys.stderr,
         )
+    return binary
+
+
+def _servers(options: BenchOptions, zest: Any) -> dict[str, Any]:
+    binary = _llama_server_binary(options, "comparing with llama_cpp.server only")
     others = peers(options.model, options.threads, binary, options.peer_port)
     return compare_servers(
         zest,
@@ -142,6 +156,22 @@ def _servers(options: BenchOptions, zest: Any) -> dict[str, Any]:
         max_tokens=options.max_tokens,
         ceiling_report=lambda: _ceiling_report(options),
     )
+
+
+def _mixed(options: BenchOptions, zest: Any) -> dict[str, Any]:
+    """The mixed phase: zest (priorities from its routes) and llama-server, started here."""
+    servers = [MixedServer("zest", zest.base, "autocomplete", "summarization")]
+    binary = _llama_server_binary(options, "the mixed phase measures zest alone")
+    with ExitStack() as stack:
+        if binary is not None:
+            peer = llama_server(
+                binary, options.model, options.threads, options.peer_port or free_port()
+            )
+            stack.enter_context(
+                serving(peer.command, peer.probe, options.out / peer.log, name=peer.name)
+            )
+            servers.append(MixedServer(peer.name, peer.base, peer.model, peer.model))
+        return mixed(servers, seconds=options.seconds, rounds=options.rounds)
 
 
 def _zest_phases(options: BenchOptions, zest: Any, pid: int) -> dict[str, Any]:

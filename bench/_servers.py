@@ -38,7 +38,9 @@ def routes_file(model: Path, threads: int, folder: Path, *, context: int = CONTE
     """zest's routes for the bench: `chat` runs the model as it ships (the prefix cache on, as
     llama-server's prompt reuse is); `cached` has a cache sized for the prefix measure; `long`
     has room for the 4,096-token prompt of the prefill phase and no prefix cache; `summarize`
-    and `summarize-lookup` are one summarization route without and with prompt lookup."""
+    and `summarize-lookup` are one summarization route without and with prompt lookup;
+    `autocomplete` (priority 50) and `summarization` (0) are the mixed phase's interactive and
+    batch tasks on the one `bench` model, as a team's routes would rank them."""
     path = folder / "bench-routes.yaml"
     entry = f"engine: llamacpp, source: {model}, context_length: {context}"
     opts = f"n_threads: {threads}, parallel: {SLOTS}"
@@ -55,6 +57,8 @@ def routes_file(model: Path, threads: int, folder: Path, *, context: int = CONTE
         "  long: {kind: chat, model: long, device: cpu, max_tokens: 512}\n"
         f"  summarize: {{{summarize}}}\n"
         f"  summarize-lookup: {{{summarize}, speculative: {{method: prompt_lookup, tokens: 8}}}}\n"
+        "  autocomplete: {kind: completion, model: bench, device: cpu, priority: 50}\n"
+        "  summarization: {kind: chat, model: bench, device: cpu, priority: 0}\n"
     )
     return path
 

@@ -22,17 +22,25 @@ def add_bench_command(commands: Any) -> None:
     bench.add_argument(
         "--phases",
         default="default",
-        help="comma-separated, of cold, routing, servers, prefix, speculation, prefill, decode, "
-        "latency, sustained; `default`: all but sustained; `all`",
+        help="comma-separated, of cold, routing, servers, mixed, prefix, speculation, prefill, "
+        "decode, latency, sustained; `default`: all but mixed and sustained; `all`",
     )
     bench.add_argument("--levels", default="1,2,4,8", help="concurrency levels (default 1,2,4,8)")
-    bench.add_argument("--rounds", type=int, default=2, help="rounds per level (default 2)")
+    bench.add_argument(
+        "--rounds", type=int, default=2, help="rounds per level, and of the mixed phase (default 2)"
+    )
     bench.add_argument("--max-tokens", type=int, default=64)
     bench.add_argument(
         "--prefill-sizes", default="128,1024,4096", help="the prefill phase's prompt tokens"
     )
     bench.add_argument("--minutes", type=float, default=2.0, help="the sustained phase's length")
     bench.add_argument("--streams", type=int, default=4, help="the sustained phase's clients")
+    bench.add_argument(
+        "--seconds",
+        type=int,
+        default=45,
+        help="the mixed phase: seconds of each spell, alone and beside the summaries (default 45)",
+    )
     bench.add_argument(
         "--llama-server",
         type=Path,
@@ -72,6 +80,7 @@ def _bench(args: argparse.Namespace) -> int:
         prefill_sizes=_numbers(args.prefill_sizes),
         minutes=args.minutes,
         streams=args.streams,
+        seconds=args.seconds,
     )
     report = run_bench(options)
     print(format_report(report))

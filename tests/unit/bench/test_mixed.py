@@ -1,0 +1,147 @@
+"""`zest bench --phases mixed`'s pure parts: fresh texts, the figures of a spell, the report."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from zest.bench._mixed import Spell, Timed, document, snippet, spell_figures, tokens_in_window
+from zest.bench._mixed import _timed as _timed_request
+from zest.bench._report import format_report, targets
+from zest.bench._servers import routes_file
+from zest.gateway.cli._bench_command import _bench_phases
+from zest.router import load_routes
+
+
+def test_every_summary_gets_a_document_no_cache_has_seen() -> None:
+    first, second = document(1, "run-a"), document(2, "run-a")
+    assert first.split("\n")[0] == "Report run-a-1"  # they differ from the title on
+    assert second.split("\n")[0] == "Report run-a-2"
+    assert first.split("\n\n")[1][:200] != second.split("\n\n")[1][:200]  # and in the body
+    assert document(1, "run-b") != first  # another run's: a new title
+    assert document(1, "run-a") == first  # the body is the serial's: servers read the same
+    assert len(first.split()) * 1.3 > 50 * 28  # about 1,600 tokens (~1.3 a word)
+
+
+def test_every_autocomplete_request_starts_with_a_text_of_its_own() -> None:
+    assert snippet(1, "x").startswith("Meeting notes x-1:")
+    assert snippet(1, "x") != snippet(2, "x") != snippet(1, "y")
+
+
+def _timed(sent: float, *times: float) -> Timed:
+    return Timed(sent, list(times))
+
+
+def test_the_summaries_tokens_are_those_streamed_inside_the_window() -> None:
+    requests = [_timed(0.0, 0.5, 1.0, 1.5, 9.9, 10.0), _timed(2.0, 3.0, 11.0)]
+    assert tokens_in_window(requests, 1.0, 10.0) == 4  # 1.0, 1.5, 9.9 and 3.0
+
+
+def test_a_spell_s_figures_pool_every_round() -> None:
+    rounds = [
+        Spell(
+            [100.0, 120.0, 140.0], 3, summary_tokens=30, summaries=1, summary_prompt_tokens=[1600]
+        ),
+        Spell(
+            [110.0, 900.0, 130.0],
+            3,
+            summary_tokens=42,
+            summaries=2,
+            summary_prompt_tokens=[1590, 1610],
+        ),
+    ]
+    figures = spell_figures(rounds)
+    assert figures["requests"] == 6
+    assert figures["ttft_p50_ms"] == 125.0
+    assert figures["ttft_p95_ms"] == pytest.approx(710.0)  # interpolated: 140 + 0.75 * 760
+    assert figures["summary_tps"] == 12.0  # 72 tokens in 6 s
+    assert (figures["summaries"], figures["summary_prompt_tokens"]) == (3, 1600)
+    idle = spell_figures([Spell([100.0], 1)])
+    assert (idle["summary_tps"], idle["summary_prompt_tokens"]) == (0.0, None)
+
+
+def _server(
+    idle: tuple[float, float], loaded: tuple[float, float], tps: float
+) -> dict[str, object]:
+    return {
+        "idle": {"ttft_p50_ms": idle[0], "ttft_p95_ms": idle[1], "summary_tps": 0.0},
+        "loaded": {"ttft_p50_ms": loaded[0], "ttft_p95_ms": loaded[1], "summary_tps": tps},
+        "p95_ratio": loaded[1] / idle[1],
+    }
+
+
+def test_the_mixed_phase_is_reported_as_a_table_with_its_targets() -> None:
+    mixed = {
+        "seconds": 45,
+        "rounds": 1,
+        "summaries": 3,
+        "autocomplete_tokens": 16,
+        "summary_tokens": 128,
+        "servers": {
+            "zest": _server((137.0, 191.0), (2977.0, 8002.0), 13.5),
+            "llama-server": _server((115.0, 159.0), (3345.0, 8726.0), 17.0),
+        },
+    }
+    lines = format_report({"mixed": mixed}).splitlines()
+    assert lines[:2] == [
+        "target mixed: autocomplete TTFT p95 loaded <= 3x alone: 41.90x NOT met",
+        "target mixed: summaries tok/s >= 1.0x llama-server: 0.79x NOT met",
+    ]
+    assert lines[2:] == [
+        "mixed: autocomplete 1/s (16 tokens) for 45 s alone, then beside 3 looping summaries "
+        "(128 tokens), 1 round(s):",
+        "  server           TTFT p50/p95 alone     beside summaries  p95 loaded/alone  "
+        "summaries tok/s",
+        "  zest                   137 / 191 ms     2,977 / 8,002 ms             41.9x"
+        "             13.5",
+        "  llama-server           115 / 159 ms     3,345 / 8,726 ms             54.9x"
+        "             17.0",
+    ]
+    only_zest = {**mixed, "servers": {"zest": _server((137.0, 191.0), (2977.0, 8002.0), 13.5)}}
+    assert [name for name, *_ in targets({"mixed": only_zest})] == [
+        "mixed: autocomplete TTFT p95 loaded <= 3x alone"
+    ]
+
+
+def test_the_mixed_phase_takes_the_priorities_from_the_routes(tmp_path: Path) -> None:
+    routes = load_routes(routes_file(Path("/models/m.gguf"), 2, tmp_path)).config.routes
+    autocomplete, summarization = routes["autocomplete"], routes["summarization"]
+    assert (autocomplete.kind, autocomplete.priority, autocomplete.model) == (
+        "completion",
+        50,
+        "bench",
+    )
+    assert (summarization.kind, summarization.priority, summarization.model) == ("chat", 0, "bench")
+
+
+def test_the_mixed_phase_runs_when_named() -> None:
+    assert "mixed" not in _bench_phases("default")  # minutes of its own, as sustained
+    assert "mixed" in _bench_phases("all")
+    assert _bench_phases("mixed") == ("mixed",)
+
+
+def test_a_completion_stream_is_timed_by_its_text_events() -> None:
+    # llama-server's and zest's completion chunks carry `text`; a chat's, `delta.content`;
+    # the usage chunk (no choices) gives the prompt's tokens.
+    frames = [
+        {"choices": [{"index": 0, "text": " and"}]},
+        {"choices": [{"index": 0, "text": ""}]},
+        {"choices": [{"index": 0, "delta": {"content": " then"}}]},
+        {"choices": [], "usage": {"prompt_tokens": 41, "completion_tokens": 2}},
+    ]
+    body = "".join(f"data: {json.dumps(frame)}\n\n" for frame in frames) + "data: [DONE]\n\n"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    async def run() -> Timed:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+            return await _timed_request(client, "http://peer/v1/completions", {})
+
+    timed = asyncio.run(run())
+    assert (len(timed.times), timed.prompt_tokens) == (2, 41)
+    assert timed.sent <= timed.times[0] <= timed.times[1]
