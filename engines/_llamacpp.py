@@ -377,6 +377,11 @@ class LlamaCppEngine(Engine):
     # --- set-up ------------------------------------------------------------------------------
 
     def _threads(self, device: Device) -> int:
+        """One on a ggml GPU, whose contexts compute every layer there (the CPU only looks up
+        the token embeddings: an OpenMP team for that would spin against the driver's own
+        threads and queue behind the CPU models on the compute thread)."""
+        if ggml_device_of(device) is not None:
+            return 1
         return threads_on(device, self.config)
 
     def _backend(self) -> str:
