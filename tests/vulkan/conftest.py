@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import glob
 import os
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,9 +54,23 @@ def vulkan_env(*, software_gpu: bool = True) -> dict[str, str]:
     emulated on a CPU thread."""
     path = os.pathsep.join(filter(None, [str(SITE), os.environ.get("PYTHONPATH")]))
     env = {"PYTHONPATH": path, "ZEST_EMULATE_DEVICES": "npu=cpu:1"}
-    if software_gpu:
-        env["GGML_VK_VISIBLE_DEVICES"] = "0"
+    # Without a software gpu, no device at all: what a machine without a GPU sees, even
+    # where a real GPU is present.
+    env["GGML_VK_VISIBLE_DEVICES"] = lavapipe_index() if software_gpu else ""
     return env
+
+
+def lavapipe_index() -> str:
+    """lavapipe's index among the Vulkan devices (0 where it is the only one; a machine with
+    a real GPU may list it first)."""
+    try:
+        summary = subprocess.run(
+            ["vulkaninfo", "--summary"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "0"
+    found = re.findall(r"^GPU(\d+):(?:\n\t.*)*?\n\tdeviceName\s*=\s*llvmpipe", summary, re.M)
+    return found[0] if found else "0"
 
 
 @pytest.fixture(scope="session")
