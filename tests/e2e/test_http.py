@@ -50,6 +50,11 @@ def test_the_route_header_says_what_served_the_request(http: httpx.Client) -> No
         "engine": "llamacpp",
         "reason": "auto: found cpu; shortest queue, fastest first (queued: cpu 0)",
         "max_tokens": 4,
+        # Every answer carries its routing decision: chat has no rules, so its own route served.
+        "route_to": "chat",
+        "matched_rule": None,
+        "default_used": True,
+        "outputs": {},
     }
     assert reply.headers["x-zest-plan"] == (
         "auto: found cpu; shortest queue, fastest first (queued: cpu 0)"

@@ -108,7 +108,12 @@ def test_the_llamacpp_route_beside_it_says_so(client: openai.OpenAI) -> None:
 
 
 def test_models_lists_the_tasks(client: openai.OpenAI) -> None:
-    assert [m.id for m in client.models.list()] == ["chat", "autocomplete", "chat-gguf"]
+    assert [m.id for m in client.models.list()] == [
+        "chat",
+        "autocomplete",
+        "chat-gguf",
+        "chat-either",
+    ]
 
 
 def test_tool_calls_on_onnx_genai_follow_the_tools_schema(client: openai.OpenAI) -> None:

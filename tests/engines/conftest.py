@@ -113,10 +113,12 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
 
 
 # Two log probabilities closer than this are a near-tie: a batch's shape changes llama.cpp's
-# kernels (the quantized matmuls' rounding among them) by up to a tenth or two of a logit,
+# kernels (the quantized matmuls' rounding among them) by up to a few tenths of a logit,
 # enough to flip which of the two greedy decoding picks (flips seen at margins of 0.015 to
-# 0.16 on SmolLM2 with four streams packed; none above).
-NEAR_TIE = 0.25
+# 0.275 on SmolLM2 with four streams packed, the highest where a prompt's chunk shared the
+# step: it depends on how the event loop interleaves the streams, so a run may or may not
+# meet it; none above).
+NEAR_TIE = 0.35
 
 
 def divergence(lone: Delta, other: Delta) -> tuple[int, float] | None:
