@@ -59,8 +59,6 @@ def _parses(grammar: str, stack_bytes: int) -> bool:
 def check(schema: str, max_bytes: int, stack_bytes: int) -> dict[str, Any]:
     try:
         grammar = _convert(schema)
-    except MemoryError:
-        return {"error": "memory"}
     except _CONVERTER_ERRORS as exc:
         detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         return {"error": type(exc).__name__, "detail": str(detail)[:500]}
@@ -72,6 +70,16 @@ def check(schema: str, max_bytes: int, stack_bytes: int) -> dict[str, Any]:
     return {"grammar": grammar}
 
 
+def answer_line(schema: str, max_bytes: int, stack_bytes: int) -> str:
+    """check's reply as a JSON line, or "memory" wherever the limit is met: a grammar the
+    converter built just under it can still fail the copies after (its UTF-8 encoding, the
+    reply's JSON), and which step meets the limit varies from run to run with the heap."""
+    try:
+        return json.dumps(check(schema, max_bytes, stack_bytes))
+    except MemoryError:
+        return json.dumps({"error": "memory"})
+
+
 def main() -> None:
     memory, max_bytes, stack_bytes = (int(arg) for arg in sys.argv[1:4])
     import llama_cpp  # noqa: F401  (loaded before the limit: its libraries are mapped once)
@@ -80,8 +88,7 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
-        reply = check(json.loads(line)["schema"], max_bytes, stack_bytes)
-        print(json.dumps(reply), flush=True)
+        print(answer_line(json.loads(line)["schema"], max_bytes, stack_bytes), flush=True)
 
 
 if __name__ == "__main__":
