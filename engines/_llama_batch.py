@@ -145,11 +145,6 @@ class BatchScheduler:
                     task.send(None)
                     continue
                 admitted.append((task, self._free.pop(0)))
-        if admitted and not self._active:
-            # Nothing is running: drop every retired sequence's cells, so that a lone request
-            # always meets the same empty cache and answers the same way each time.
-            for seq in self._free + [seq for _, seq in admitted]:
-                self._ctx.forget(seq)
         for task, seq in admitted:
             self._start(task, seq)
         return True
@@ -264,10 +259,12 @@ class BatchScheduler:
             self._retire(slot)
 
     def _retire(self, slot: _Slot, error: BaseException | None = None) -> None:
-        # The slot's cells stay until the slot is reused (`_start` forgets them): llama.cpp's
-        # attention is not bit-invariant to the cache's occupancy, and freeing cells under the
-        # other streams could flip a near-tie greedy token of theirs.
+        # The slot's cells go at once (those a prefix-cache entry shares stay with it): in the
+        # unified KV cache every step's attention runs over every cell up to the highest one
+        # in use, masking the other sequences' cells, and the cells of finished requests made
+        # the summaries' prefill up to twice as slow (bench/kv_occupancy.py, issue 25).
         self._active.remove(slot)
+        self._ctx.forget(slot.seq)
         slot.sampler.close()
         with self._cond:
             self._free.append(slot.seq)

@@ -57,10 +57,11 @@ def test_streams_decoded_together_part_from_their_lone_outputs_only_at_near_ties
     engine: Engine,
 ) -> None:
     """Under concurrency the batch's shape (other sequences' rows, prompt chunks beside them)
-    changes llama.cpp's kernels by up to a tenth or two of a logit: a greedy stream may pick the
-    runner-up where the lone run's two best tokens were within NEAR_TIE, and nowhere else."""
+    changes llama.cpp's kernels by a few tenths of a logit at most: a greedy stream may pick
+    another of the lone run's top tokens where that one was within NEAR_TIE of its best, and
+    nowhere else."""
     prompts = [*PROMPTS[:2], *LONG_PROMPTS[:2]]
-    alone = [collect(engine, job_for(engine, p, logprobs=2))[-1] for p in prompts]
+    alone = [collect(engine, job_for(engine, p, logprobs=5))[-1] for p in prompts]
 
     async def together() -> list[list[Delta]]:
         jobs = [job_for(engine, p, logprobs=2) for p in prompts]
