@@ -52,3 +52,37 @@ def test_a_high_priority_first_token_comes_before_a_low_priority_prefill_ends() 
     # Before priority reached the batch, the low prompt took every step's budget until its
     # prefill ended (step 3), and the high one started only then (step 4).
     assert high_at < low_at, (high_at, low_at)
+
+
+def test_a_yielding_prompt_finishes_under_a_steady_interactive_load() -> None:
+    """The aging rule: a lower prompt yields to higher work but is never paused (64 tokens of
+    every step are its), so a summary finishes while completions keep coming back to back."""
+    engine = load_smollm2(Placement(CPU, CPU), parallel=2, prefix_cache_entries=1)
+    scheduler = engine._runner  # type: ignore[attr-defined]
+    assert isinstance(scheduler, BatchScheduler)
+    low = dataclasses.replace(
+        job_for(engine, f"Summarize: {ARTICLE}", max_tokens=2), priority=0, label="low"
+    )
+
+    async def scenario() -> tuple[list[Delta], int]:
+        summary = asyncio.ensure_future(run(engine, low))
+        served = 0
+        while not summary.done():  # one high-priority request in flight at every moment
+            high = dataclasses.replace(
+                job_for(engine, "Complete: def add(a, b):", max_tokens=8),
+                priority=50,
+                label=f"high-{served}",
+            )
+            await run(engine, high)
+            served += 1
+        return await summary, served
+
+    try:
+        summary, served = asyncio.run(scenario())
+    finally:
+        asyncio.run(engine.close())
+    assert summary[-1].finish_reason is not None
+    # The load held while the summary ran: completions came one after another the whole time,
+    # and the summary's prompt, yielding, took several of their steps to prefill.
+    assert served >= 2, served
+    assert scheduler.first_token_steps["low"] > scheduler.first_token_steps["high-0"]
