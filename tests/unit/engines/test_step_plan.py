@@ -34,6 +34,28 @@ def test_a_yielding_prompt_is_never_paused_under_a_steady_interactive_load() -> 
     assert steps == -(-1600 // YIELD_CHUNK)
 
 
+def test_yielding_prompts_share_one_chunk_oldest_first() -> None:
+    """Three summaries beside an autocomplete add one small chunk to the step, not three."""
+    waiting = [Prefilling(1, 0, 1600), Prefilling(2, 0, 1600), Prefilling(3, 0, 30)]
+    assert prefill_chunks(waiting, budget=500, decoding=[50]) == [(1, YIELD_CHUNK)]
+    short_first = [Prefilling(3, 0, 30), Prefilling(1, 0, 1600)]
+    assert prefill_chunks(short_first, budget=500, decoding=[50]) == [
+        (3, 30),
+        (1, YIELD_CHUNK - 30),
+    ]
+
+
+def test_every_yielding_prompt_finishes_in_turn_under_a_steady_interactive_load() -> None:
+    remaining = {1: 1600, 2: 1600}
+    steps = 0
+    while any(remaining.values()):
+        waiting = [Prefilling(k, 0, left) for k, left in remaining.items() if left]
+        for key, tokens in prefill_chunks(waiting, budget=512, decoding=[50]):
+            remaining[key] -= tokens
+        steps += 1
+    assert steps == -(-3200 // YIELD_CHUNK)
+
+
 def test_the_budget_bounds_every_chunk() -> None:
     waiting = [Prefilling(1, 50, 900), Prefilling(2, 0, 900)]
     assert prefill_chunks(waiting, budget=512) == [(1, 512)]
