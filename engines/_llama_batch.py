@@ -27,7 +27,13 @@ from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
 from zest.engines._prefix_cache import PrefixCache
 from zest.engines._speculation import PromptLookup, draft_entries, take_tokens
-from zest.engines._step_plan import Prefilling, prefill_chunks
+from zest.engines._step_plan import (
+    Prefilling,
+    RecentPriority,
+    StepCost,
+    prefill_chunks,
+    yield_tokens,
+)
 from zest.engines._worker import Task, stream_task
 
 __all__ = ["BatchScheduler"]
@@ -99,6 +105,8 @@ class BatchScheduler:
         # the batch composition is judged by (tests count steps, not seconds).
         self.steps = 0
         self.first_token_steps: dict[str, int] = {}
+        self._cost = StepCost()  # sizes the yielding prompts' chunk (engines/_step_plan.py)
+        self._recent = RecentPriority()  # ...and who they yield to
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
         self._thread.start()
 
@@ -189,7 +197,9 @@ class BatchScheduler:
             entries += chunk
         self.steps += 1
         try:
+            started = time.perf_counter()
             self._ctx.decode(entries)
+            self._cost.record(len(entries), (time.perf_counter() - started) * 1000)
             for row in decoding:
                 self._advance(row)
             for row in filling:
@@ -206,10 +216,13 @@ class BatchScheduler:
             Prefilling(seq, s.task.job.priority, len(s.prompt) - s.cursor)
             for seq, s in prefilling.items()
         ]
+        expected = self._recent.note(s.task.job.priority for s in self._active)
         chunks = prefill_chunks(
             waiting,
             budget=self._ctx.settings.n_batch - used,
-            decoding=[s.task.job.priority for s in generating],
+            decoding=[s.task.job.priority for s in generating]
+            + ([] if expected is None else [expected]),
+            yield_chunk=yield_tokens(self._cost.ms_per_row, used),
         )
         return [(prefilling[seq], tokens) for seq, tokens in chunks]
 

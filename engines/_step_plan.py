@@ -19,13 +19,34 @@ Pure: the scheduler (engines/_llama_batch.py) hands in what waits and applies th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["YIELD_CHUNK", "Prefilling", "prefill_chunks"]
+__all__ = [
+    "HOLD_S",
+    "MIN_YIELD",
+    "STEP_TARGET_MS",
+    "YIELD_CHUNK",
+    "Prefilling",
+    "RecentPriority",
+    "StepCost",
+    "prefill_chunks",
+    "yield_tokens",
+]
 
-# Tokens a yielding prompt prefills per step: about 0.2 s of a 2-core CPU at ~300 tokens/s.
+# Tokens the yielding prompts prefill per step at most: about 0.2 s of a 2-core CPU at ~300
+# tokens/s.
 YIELD_CHUNK = 64
+# ...and at least, however slow the machine: the aging rule's floor.
+MIN_YIELD = 8
+# How long a step that carries yielding prefill may take: each token of the higher-priority
+# requests waits one step, so this bounds their time between tokens.
+STEP_TARGET_MS = 150.0
+# How long a priority stays expected after its last request: interactive requests come in
+# bursts (autocomplete as someone types), and one arriving between them would otherwise wait
+# behind a whole n_batch of a lower prompt (3.5 s for 512 tokens on 2 cores, measured here).
+HOLD_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +54,53 @@ class Prefilling:
     key: int  # the scheduler's handle (its sequence id)
     priority: int
     remaining: int  # prompt tokens not yet in the KV cache
+
+
+class RecentPriority:
+    """The highest priority among the requests of the last HOLD_S seconds: lower prompts keep
+    yielding to it for that long after its last request, so the next one finds short steps."""
+
+    def __init__(self, hold_s: float = HOLD_S, clock: Callable[[], float] = time.monotonic):
+        self._hold_s, self._clock = hold_s, clock
+        self._seen: dict[int, float] = {}  # priority -> when last present
+
+    def note(self, present: Iterable[int]) -> int | None:
+        """Record the priorities present in this step; the highest one still expected."""
+        now = self._clock()
+        for priority in present:
+            self._seen[priority] = now
+        for priority in [p for p, at in self._seen.items() if now - at > self._hold_s]:
+            del self._seen[priority]
+        return max(self._seen, default=None)
+
+
+class StepCost:
+    """A running estimate of a step's milliseconds per batch row (an exponential average of
+    the steps measured): what sizes the yielding chunk on this machine."""
+
+    def __init__(self, weight: float = 0.2) -> None:
+        self.ms_per_row: float | None = None
+        self._weight = weight
+
+    def record(self, rows: int, ms: float) -> None:
+        if rows <= 0:
+            return
+        sample = ms / rows
+        previous = self.ms_per_row
+        self.ms_per_row = (
+            sample if previous is None else previous + self._weight * (sample - previous)
+        )
+
+
+def yield_tokens(ms_per_row: float | None, rows: int, target_ms: float = STEP_TARGET_MS) -> int:
+    """The yielding prompts' share of a step that already holds `rows`: as many tokens as keep
+    the step within `target_ms` at the measured cost, between MIN_YIELD and YIELD_CHUNK (a
+    fast machine gets the whole YIELD_CHUNK; 10 ms a row, measured here beside long prompts,
+    gets the floor). Unmeasured: YIELD_CHUNK."""
+    if ms_per_row is None or ms_per_row <= 0:
+        return YIELD_CHUNK
+    fits = int(target_ms / ms_per_row) - rows
+    return max(MIN_YIELD, min(YIELD_CHUNK, fits))
 
 
 def prefill_chunks(

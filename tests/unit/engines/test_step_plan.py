@@ -3,7 +3,15 @@ while a higher-priority request prefills or decodes, never paused (no starvation
 
 from __future__ import annotations
 
-from zest.engines._step_plan import YIELD_CHUNK, Prefilling, prefill_chunks
+from zest.engines._step_plan import (
+    MIN_YIELD,
+    YIELD_CHUNK,
+    Prefilling,
+    RecentPriority,
+    StepCost,
+    prefill_chunks,
+    yield_tokens,
+)
 
 
 def test_equal_priorities_fill_the_budget_in_arrival_order() -> None:
@@ -59,3 +67,37 @@ def test_every_yielding_prompt_finishes_in_turn_under_a_steady_interactive_load(
 def test_the_budget_bounds_every_chunk() -> None:
     waiting = [Prefilling(1, 50, 900), Prefilling(2, 0, 900)]
     assert prefill_chunks(waiting, budget=512) == [(1, 512)]
+
+
+def test_the_yielding_share_keeps_a_step_within_its_target() -> None:
+    assert yield_tokens(None, rows=5) == YIELD_CHUNK  # nothing measured yet
+    assert yield_tokens(1.0, rows=5, target_ms=150) == YIELD_CHUNK  # a fast machine: capped
+    assert yield_tokens(2.0, rows=5, target_ms=150) == YIELD_CHUNK  # 75 rows fit: capped
+    assert yield_tokens(3.0, rows=5, target_ms=150) == 45
+    assert yield_tokens(10.0, rows=5, target_ms=150) == 10
+    assert yield_tokens(10.0, rows=40, target_ms=150) == MIN_YIELD  # never paused
+
+
+def test_the_step_cost_follows_the_steps_measured() -> None:
+    cost = StepCost(weight=0.5)
+    assert cost.ms_per_row is None
+    cost.record(rows=100, ms=500.0)
+    assert cost.ms_per_row == 5.0
+    cost.record(rows=10, ms=150.0)  # 15 ms a row: halfway there
+    assert cost.ms_per_row == 10.0
+    cost.record(rows=0, ms=3.0)  # an empty step says nothing
+    assert cost.ms_per_row == 10.0
+
+
+def test_a_priority_stays_expected_for_its_hold_after_its_last_request() -> None:
+    now = [0.0]
+    recent = RecentPriority(hold_s=2.0, clock=lambda: now[0])
+    assert recent.note([]) is None
+    assert recent.note([0, 50]) == 50  # an autocomplete beside a summary
+    now[0] = 1.5
+    assert recent.note([0]) == 50  # the autocomplete ended: the next may come any moment
+    now[0] = 3.0
+    assert recent.note([0]) == 0  # nothing above for longer than the hold
+    # The summary then leads: it takes the step's whole budget again.
+    assert prefill_chunks([Prefilling(1, 0, 1600)], budget=512, decoding=[0]) == [(1, 512)]
+    assert prefill_chunks([Prefilling(1, 0, 1600)], budget=512, decoding=[50]) == [(1, YIELD_CHUNK)]
