@@ -164,8 +164,7 @@ class BatchScheduler:
             slot.drafter = PromptLookup(
                 job.prompt_tokens, job.speculative.tokens, job.speculative.ngram
             )
-        try:
-            self._ctx.forget(seq)
+        try:  # the sequence holds no cells: _retire freed its last request's
             if self._cache is not None:
                 slot.reused = slot.cursor = self._cache.reuse(job.prompt_tokens, seq)
         except Exception as exc:
@@ -189,7 +188,7 @@ class BatchScheduler:
             row = _Row(slot, len(entries), slot.draft()[: max(spare, 0)])
             entries += draft_entries(slot.token or 0, slot.position, slot.seq, row.draft)
             decoding.append(row)
-        for slot, tokens in self._prefill_plan(len(entries), generating):
+        for slot, tokens in self._prefill_plan(len(entries)):
             end = slot.cursor + tokens
             last = len(slot.prompt) - 1
             chunk = [(slot.prompt[p], p, slot.seq, p == last) for p in range(slot.cursor, end)]
@@ -208,7 +207,7 @@ class BatchScheduler:
             for slot in list(self._active):
                 self._retire(slot, error=exc)
 
-    def _prefill_plan(self, used: int, generating: list[_Slot]) -> list[tuple[_Slot, int]]:
+    def _prefill_plan(self, used: int) -> list[tuple[_Slot, int]]:
         """The prompts' chunks of this step: by route priority, lower ones yielding
         (engines/_step_plan.py)."""
         prefilling = {s.seq: s for s in self._active if s.token is None}
@@ -216,12 +215,12 @@ class BatchScheduler:
             Prefilling(seq, s.task.job.priority, len(s.prompt) - s.cursor)
             for seq, s in prefilling.items()
         ]
+        # The highest priority present or expected soon: at least every decoding sequence's.
         expected = self._recent.note(s.task.job.priority for s in self._active)
         chunks = prefill_chunks(
             waiting,
             budget=self._ctx.settings.n_batch - used,
-            decoding=[s.task.job.priority for s in generating]
-            + ([] if expected is None else [expected]),
+            others=() if expected is None else (expected,),
             yield_chunk=yield_tokens(self._cost.ms_per_row, used),
         )
         return [(prefilling[seq], tokens) for seq, tokens in chunks]
@@ -274,8 +273,9 @@ class BatchScheduler:
     def _retire(self, slot: _Slot, error: BaseException | None = None) -> None:
         # The slot's cells go at once (those a prefix-cache entry shares stay with it): in the
         # unified KV cache every step's attention runs over every cell up to the highest one
-        # in use, masking the other sequences' cells, and the cells of finished requests made
-        # the summaries' prefill up to twice as slow (bench/kv_occupancy.py, issue 25).
+        # in use, masking the other sequences' cells: the cells of finished requests made a
+        # decode step up to 1.17x and a prefill chunk up to 1.44x as slow
+        # (bench/kv_occupancy.py, issue 25).
         self._active.remove(slot)
         self._ctx.forget(slot.seq)
         slot.sampler.close()

@@ -4,17 +4,19 @@ batch, not just the admission queue.
 A step's token budget (`n_batch`) goes first to the rows of the sequences that are decoding
 (the scheduler adds those), then to prompts waiting for their prefill, highest priority first,
 then in arrival order. A prompt *yields* while a request of higher priority is prefilling or
-decoding: the yielding prompts share `YIELD_CHUNK` tokens of the step, the oldest first, so
-the step stays short and the higher-priority request's first token (and every next token)
-comes without waiting behind a long prefill (stall-free batching, as Sarathi-Serve and vLLM's
-chunked prefill do, with route priorities on top). The aging rule: the oldest yielding prompt
-is never paused, it gets the shared chunk every step, so a steady stream of interactive
-requests slows the batch prompts' prefill but cannot starve them (each becomes the oldest in
-turn). Shared, not per prompt: three summaries yielding 64 tokens each made every step of an
-autocomplete three times as long (a 192-token chunk beside 5,000 cached cells: about 1.3 s on
-2 cores).
+decoding, or came within HOLD_S (RecentPriority): the yielding prompts share one chunk of the
+step, the oldest first, sized by yield_tokens to keep the step within STEP_TARGET_MS at the
+measured cost per row (StepCost; MIN_YIELD to YIELD_CHUNK tokens), so the step stays short and
+the higher-priority request's first token (and every next token) comes without waiting behind a
+long prefill (stall-free batching, as Sarathi-Serve and vLLM's chunked prefill do, with route
+priorities on top). The aging rule: the oldest yielding prompt is never paused, it gets the
+shared chunk every step, so a steady stream of interactive requests slows the batch prompts'
+prefill but cannot starve them (each becomes the oldest in turn). Shared, not per prompt: three
+summaries yielding 64 tokens each made every step of an autocomplete three times as long (a
+192-token chunk beside 5,000 cached cells: about 1.3 s on 2 cores).
 
-Pure: the scheduler (engines/_llama_batch.py) hands in what waits and applies the answer.
+Pure (RecentPriority's clock injected): the scheduler (engines/_llama_batch.py) hands in what
+waits and what it measured, and applies the answer.
 """
 
 from __future__ import annotations
@@ -107,12 +109,13 @@ def prefill_chunks(
     waiting: Sequence[Prefilling],
     *,
     budget: int,
-    decoding: Sequence[int] = (),
+    others: Sequence[int] = (),
     yield_chunk: int = YIELD_CHUNK,
 ) -> list[tuple[int, int]]:
     """(key, tokens) for this step, in the order the chunks go into the batch. `waiting` is in
-    arrival order; `decoding` holds the priorities of the sequences decoding in this step."""
-    ahead = max([*decoding, *(p.priority for p in waiting)], default=0)
+    arrival order; `others` holds the priorities of the step's other work: the sequences
+    decoding in it, or (the scheduler's RecentPriority) the highest one expected soon."""
+    ahead = max([*others, *(p.priority for p in waiting)], default=0)
     chunks = []
     yielding = yield_chunk  # shared by every yielding prompt: the step stays short however many
     for prompt in sorted(waiting, key=lambda p: -p.priority):  # stable: arrival order kept

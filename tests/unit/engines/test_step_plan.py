@@ -26,8 +26,8 @@ def test_a_higher_priority_prompt_goes_first_and_the_lower_one_yields() -> None:
 
 def test_a_lower_prompt_yields_while_a_higher_request_decodes() -> None:
     waiting = [Prefilling(1, 0, 1600)]
-    assert prefill_chunks(waiting, budget=510, decoding=[50, 0]) == [(1, YIELD_CHUNK)]
-    assert prefill_chunks(waiting, budget=510, decoding=[0, 0]) == [(1, 510)]
+    assert prefill_chunks(waiting, budget=510, others=[50, 0]) == [(1, YIELD_CHUNK)]
+    assert prefill_chunks(waiting, budget=510, others=[0, 0]) == [(1, 510)]
 
 
 def test_a_yielding_prompt_is_never_paused_under_a_steady_interactive_load() -> None:
@@ -45,9 +45,9 @@ def test_a_yielding_prompt_is_never_paused_under_a_steady_interactive_load() -> 
 def test_yielding_prompts_share_one_chunk_oldest_first() -> None:
     """Three summaries beside an autocomplete add one small chunk to the step, not three."""
     waiting = [Prefilling(1, 0, 1600), Prefilling(2, 0, 1600), Prefilling(3, 0, 30)]
-    assert prefill_chunks(waiting, budget=500, decoding=[50]) == [(1, YIELD_CHUNK)]
+    assert prefill_chunks(waiting, budget=500, others=[50]) == [(1, YIELD_CHUNK)]
     short_first = [Prefilling(3, 0, 30), Prefilling(1, 0, 1600)]
-    assert prefill_chunks(short_first, budget=500, decoding=[50]) == [
+    assert prefill_chunks(short_first, budget=500, others=[50]) == [
         (3, 30),
         (1, YIELD_CHUNK - 30),
     ]
@@ -58,7 +58,7 @@ def test_every_yielding_prompt_finishes_in_turn_under_a_steady_interactive_load(
     steps = 0
     while any(remaining.values()):
         waiting = [Prefilling(k, 0, left) for k, left in remaining.items() if left]
-        for key, tokens in prefill_chunks(waiting, budget=512, decoding=[50]):
+        for key, tokens in prefill_chunks(waiting, budget=512, others=[50]):
             remaining[key] -= tokens
         steps += 1
     assert steps == -(-3200 // YIELD_CHUNK)
@@ -99,5 +99,5 @@ def test_a_priority_stays_expected_for_its_hold_after_its_last_request() -> None
     now[0] = 3.0
     assert recent.note([0]) == 0  # nothing above for longer than the hold
     # The summary then leads: it takes the step's whole budget again.
-    assert prefill_chunks([Prefilling(1, 0, 1600)], budget=512, decoding=[0]) == [(1, 512)]
-    assert prefill_chunks([Prefilling(1, 0, 1600)], budget=512, decoding=[50]) == [(1, YIELD_CHUNK)]
+    assert prefill_chunks([Prefilling(1, 0, 1600)], budget=512, others=[0]) == [(1, 512)]
+    assert prefill_chunks([Prefilling(1, 0, 1600)], budget=512, others=[50]) == [(1, YIELD_CHUNK)]
