@@ -40,6 +40,25 @@ def engine() -> Iterator[Engine]:
     asyncio.run(loaded.close())
 
 
+def test_a_finished_request_leaves_no_cells_in_the_kv_cache() -> None:
+    """Each step's attention runs over every cell up to the highest in use, so a request's
+    cells go when it ends, not when its slot is next taken (issue 25: up to 1.44x per prefill
+    chunk, bench/kv_occupancy.py). Without a prefix cache, nothing is left in any sequence."""
+    engine = load(parallel=4, prefix_cache_tokens=0)
+    try:
+        ctx = cast(Any, engine)._runner._ctx
+
+        async def together() -> list[list[Delta]]:
+            jobs = [job_for(engine, p, max_tokens=8) for p in PROMPTS[:3]]
+            return list(await asyncio.gather(*(stream_all(engine, j) for j in jobs)))
+
+        assert all(answer[-1].finish_reason for answer in asyncio.run(together()))
+        last_cells = [ctx._lib.llama_memory_seq_pos_max(ctx._ctx.memory, seq) for seq in range(4)]
+        assert last_cells == [-1, -1, -1, -1]  # -1: the sequence holds no cell
+    finally:
+        asyncio.run(engine.close())
+
+
 def test_a_lone_request_matches_raw_llama_cpp_token_for_token() -> None:
     """Alone, the packed scheduler prefills in n_batch chunks and decodes a token a step, as
     llama-cpp-python does: the same greedy tokens."""
