@@ -12,7 +12,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 install: $(STAMP)
 
 # Re-run when the project's dependencies or the llama.cpp build recipe change.
-$(STAMP): pyproject.toml scripts/install-llama-cpp.sh scripts/llama-cpp-flags.sh scripts/llama-backend.sh
+$(STAMP): pyproject.toml setup.py scripts/install-llama-cpp.sh scripts/llama-cpp-flags.sh scripts/llama-backend.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	[ "$$(scripts/llama-backend.sh)" = cpu ] || $(MAKE) vulkan-deps

@@ -23,8 +23,12 @@ ROUTES_HELP = "routes file (default: $ZEST_ROUTES, else ./routes.yaml, else the 
 
 
 def packaged_routes() -> Path:
-    """The default routes.yaml shipped as package data."""
-    return Path(str(files("zest").joinpath("routes.yaml")))
+    """The default routes.yaml: package data of zest in an installed wheel (zest/routes.yaml,
+    which setup.py's build step puts there); from a source checkout (an editable install) the
+    repository's own, at its root beside the zest/ folder."""
+    package = Path(str(files("zest")))
+    shipped = package / LOCAL.name
+    return shipped if shipped.is_file() else package.parent / LOCAL.name
 
 
 def routes_file(given: Path | None) -> Path:

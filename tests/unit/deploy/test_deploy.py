@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from bench._fleet import HAPROXY_CONFIG, haproxy_binary, haproxy_env
+from zest.bench._fleet import HAPROXY_CONFIG, haproxy_binary, haproxy_env
 from zest.gateway.http import PUBLIC_PATHS
 from zest.gateway.serving import Settings
 from zest.router import load_routes
@@ -85,14 +86,15 @@ def test_every_file_the_dockerfile_copies_is_in_the_repository() -> None:
             assert (REPO / source).exists(), f"COPY {source}: no such file in the repository"
 
 
-def test_the_image_copies_every_package_the_zest_namespace_links_to() -> None:
-    """zest/ holds links to the top-level folders: each must be copied beside it."""
-    copied = {shlex.split(rest)[0] for rest in instructions("COPY") if "--from" not in rest}
-    linked = {p.readlink().name for p in (REPO / "zest").iterdir() if p.is_symlink()}
-    assert "zest" in copied
-    for target in linked - {"routes.yaml"}:
-        assert target in copied, f"zest/{target} links to ../{target}, which is not copied"
-    assert any("routes.yaml" in rest for rest in instructions("COPY"))
+def test_the_image_copies_every_folder_of_the_zest_namespace() -> None:
+    """pyproject.toml's package-dir maps top-level folders under zest: the image builds its
+    wheel from a copy of each, and of setup.py, which puts the default routes.yaml in it."""
+    copies = [shlex.split(rest) for rest in instructions("COPY") if "--from" not in rest]
+    copied = {source for *sources, _target in copies for source in sources}
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    for package, folder in config["tool"]["setuptools"]["package-dir"].items():
+        assert folder in copied, f"{package} is {folder}/, which is not copied"
+    assert {"pyproject.toml", "setup.py", "routes.yaml"} <= copied
 
 
 def test_llama_cpp_is_built_by_the_projects_script() -> None:
