@@ -108,7 +108,8 @@ serve: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	# mypy, each file named as installed (engines/ is zest.engines: pyproject.toml's package-dir)
+	$(BIN)/python scripts/typecheck.py
 
 # The docs site (mkdocs.yml, docs/) into site/: --strict, so a broken link or a missing page fails
 # (never with --quiet: mkdocs then counts no warnings, and --strict passes anything).
