@@ -42,10 +42,10 @@ from typing import Any
 import httpx
 import pytest
 
-from bench._fleet import Fleet, fleet, haproxy_binary, wait_all_up
 from tests.configmap import ConfigMapVolume
 from tests.unit.deploy.test_deploy import healthcheck_command
 from zest import affinity_key
+from zest.bench._fleet import Fleet, fleet, haproxy_binary, wait_all_up
 from zest.engines import resolve_source
 from zest.errors import CommandError
 

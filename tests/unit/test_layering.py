@@ -12,12 +12,15 @@ TYPE_CHECKING ones included: a deferred import is still a dependency.
   package that holds it; another unit goes through that package's `__init__`;
 - the units' import graph has no cycle;
 - zest.bench (bench/, the harness of `zest bench`) is out of the serving path: nothing imports
-  it but itself and the `zest bench` command, which imports it only when it runs.
+  it but itself and the `zest bench` command, which imports it only when it runs;
+- nothing, the tests included, imports a folder by its own name (`bench`, `engines`): only as
+  the zest.* package pyproject.toml's package-dir makes it.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -26,7 +29,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("gateway", "router", "engines", "policies", "bench")  # zest/<folder> links to them
+# zest.engines is engines/, ...: the folders pyproject.toml's package-dir maps, zest/ the root.
+SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+PACKAGE_DIRS = {name: ROOT / folder for name, folder in SETUPTOOLS["package-dir"].items()}
 PURE = ("zest.router", "zest.policies")
 LEAVES = ("zest.errors", "zest.affinity")
 FORBIDDEN_TO_PURE = ("zest.engines", "zest.gateway")
@@ -44,10 +49,8 @@ class Import:
         return f"{self.importer}:{self.line} imports {self.target}"
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[0] != "zest":
-        parts.insert(0, "zest")
+def _module_name(package: str, folder: Path, path: Path) -> str:
+    parts = [package, *path.relative_to(folder).with_suffix("").parts]
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -55,10 +58,12 @@ def _module_name(path: Path) -> str:
 
 @cache
 def _sources() -> dict[str, Path]:
-    """Every source module by name; zest/*.py are the real files beside the folder links."""
-    files = [p for folder in FOLDERS for p in sorted((ROOT / folder).rglob("*.py"))]
-    files += sorted(p for p in (ROOT / "zest").glob("*.py") if not p.is_symlink())
-    return {_module_name(p): p for p in files}
+    """Every source module by the name it is installed as (engines/_pool.py: zest.engines._pool)."""
+    return {
+        _module_name(package, folder, path): path
+        for package, folder in PACKAGE_DIRS.items()
+        for path in sorted(folder.rglob("*.py"))
+    }
 
 
 def _is_package(module: str) -> bool:
@@ -182,6 +187,27 @@ def test_the_bench_command_imports_the_bench_only_when_it_runs() -> None:
     lazy = [target for node in ast.walk(tree) for target in _targets(BENCH_COMMAND, node)]
     assert eager == []
     assert BENCH in lazy
+
+
+def _bare_imports(path: Path) -> Iterator[str]:
+    """Imports of a mapped folder by its own name (`bench._fleet` for zest.bench._fleet)."""
+    bare = {folder.name for package, folder in PACKAGE_DIRS.items() if package != "zest"}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            continue
+        yield from (f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
+                    for name in names if name.partition(".")[0] in bare)  # fmt: skip
+
+
+def test_nothing_imports_a_folder_by_its_own_name() -> None:
+    """Where the repository's root is on sys.path (pytest puts it there) engines/ is also the
+    package `engines`: importing it by that name would load each of its modules a second time."""
+    files = [*_sources().values(), *sorted((ROOT / "tests").rglob("*.py"))]
+    assert [found for path in files for found in _bare_imports(path)] == []
 
 
 def _unit_graph() -> dict[str, set[str]]:

@@ -3,8 +3,8 @@ differ from each other, turns arrive shuffled, and the summary counts what it sa
 
 from __future__ import annotations
 
-from bench._conversations import Turn, arrival_order, conversations, summarize
 from zest import affinity_key
+from zest.bench._conversations import Turn, arrival_order, conversations, summarize
 
 
 def test_each_conversation_keeps_its_key_and_differs_from_the_others() -> None:

@@ -11,9 +11,9 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from bench._soak import proxy as proxy_module
-from bench._soak.outcomes import Fault
-from bench._soak.proxy import CUT_AFTER_EVENTS, FaultProxy, bind_loopback
+from zest.bench._soak import proxy as proxy_module
+from zest.bench._soak.outcomes import Fault
+from zest.bench._soak.proxy import CUT_AFTER_EVENTS, FaultProxy, bind_loopback
 
 EVENTS = [f'data: {{"n": {n}}}' for n in range(5)] + ["data: [DONE]"]
 BODY = {"model": "m", "stream": True}

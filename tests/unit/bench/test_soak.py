@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from bench._soak.clients import body_of, plan_request, served_model
-from bench._soak.outcomes import (
+from zest.bench._soak.clients import body_of, plan_request, served_model
+from zest.bench._soak.outcomes import (
     Drop,
     Ending,
     Fault,
@@ -18,8 +18,8 @@ from bench._soak.outcomes import (
     classify,
     faults_between,
 )
-from bench._soak.servers import routes_text
-from bench._soak.tally import (
+from zest.bench._soak.servers import routes_text
+from zest.bench._soak.tally import (
     Minute,
     Reload,
     by_minute,
