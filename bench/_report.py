@@ -27,6 +27,7 @@ def format_report(report: dict[str, Any]) -> str:
         _speculation,
         _zest_alone,
         _routing,
+        _backends,
     )
     for part in parts:
         lines += part(report)
@@ -216,6 +217,29 @@ def _zest_alone(report: dict[str, Any]) -> list[str]:
                 f"RSS {minute.get('rss_mib') or 0:.0f} MiB"
             )
         lines.append(f"sustained drift: {sustained['drift_per_minute']:+.1%} tokens/s per minute")
+    return lines
+
+
+def _backends(report: dict[str, Any]) -> list[str]:
+    """A line per backend: the engine's prefill and decode rates, the hybrid's handoff, and
+    where ggml put the model and its KV cache."""
+    found = report.get("backends")
+    if not found:
+        return []
+    cpu = next((r for r in found["rows"] if r["route"] == "on-cpu"), None)
+    lines = []
+    for measured in found["rows"]:
+        line = (
+            f"backend {measured['device']} ({measured['prompt_tokens']}-token prompt, "
+            f"{found['decode_tokens']} tokens): prefill {measured['prefill_tps_p50']:.1f} tok/s, "
+            f"decode {measured['decode_tps_p50']:.1f} tok/s"
+        )
+        if cpu is not None and measured is not cpu and cpu["decode_tps_p50"]:
+            line += f" ({measured['decode_tps_p50'] / cpu['decode_tps_p50']:.2f}x the cpu's)"
+        if measured["handoff_ms_p50"] is not None:
+            line += f", handoff {measured['handoff_ms_p50']:.1f} ms {measured['handoff_bytes']} B"
+        places = sorted({f"{b['kind']}@{b['buffer']}" for b in measured["buffers"]})
+        lines.append(line + (f"; buffers {', '.join(places)}" if places else ""))
     return lines
 
 

@@ -1,7 +1,8 @@
 """`zest bench`: zest against llama.cpp's llama-server, the packaged llama_cpp.server and raw
 llama-cpp-python in one run, beside the hardware ceiling; an interactive task beside a batch
 task, zest and llama-server side by side (mixed, bench/_mixed.py); and zest's own phases (cold
-start, prefill, decode, latency, prefix reuse, speculation, a sustained load, routing decisions).
+start, prefill, decode, latency, prefix reuse, speculation, a sustained load, routing decisions,
+and each backend llama.cpp finds here: bench/_backends.py).
 
 Every server is started here on loopback with the same model file and threads; levels are
 interleaved server by server, and the ceiling is measured in the same run: shared machines
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zest.bench import _phases
+from zest.bench._backends import backends
 from zest.bench._compare import PROMPT_TOKENS, ceiling, compare_servers
 from zest.bench._mixed import MixedServer, mixed
 from zest.bench._report import format_report, plot
@@ -39,6 +41,7 @@ __all__ = ["DEFAULT_PHASES", "PHASES", "BenchOptions", "format_report", "run_ben
 PHASES = (
     "cold",
     "routing",
+    "backends",
     "servers",
     "mixed",
     "prefix",
@@ -48,7 +51,8 @@ PHASES = (
     "latency",
     "sustained",
 )
-IN_PROCESS = ("cold", "routing")  # the phases that need no zest server of the bench's
+# The phases that need no zest server of the bench's (backends starts one of its own).
+IN_PROCESS = ("cold", "routing", "backends")
 LONG = ("mixed", "sustained")  # minutes each: run when named (or `all`)
 DEFAULT_PHASES = tuple(phase for phase in PHASES if phase not in LONG)
 
@@ -82,6 +86,10 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
             report["cold"] = _phases.cold_start(options.model, options.threads, folder, 3)
         if "routing" in phases:  # in this process, its models unloaded before the server's
             report["routing"] = routing(options.model, options.threads, folder, options.rounds)
+        if "backends" in phases:  # its own server: the backends this build finds here
+            report["backends"] = backends(
+                options.model, options.threads, folder, out, options.rounds
+            )
         if set(phases) <= set(IN_PROCESS):
             return _written(report, out)
         if {"prefill", "decode"} & set(phases) and "servers" not in phases:

@@ -22,8 +22,8 @@ def add_bench_command(commands: Any) -> None:
     bench.add_argument(
         "--phases",
         default="default",
-        help="comma-separated, of cold, routing, servers, mixed, prefix, speculation, prefill, "
-        "decode, latency, sustained; `default`: all but mixed and sustained; `all`",
+        help="comma-separated, of cold, routing, backends, servers, mixed, prefix, speculation, "
+        "prefill, decode, latency, sustained; `default`: all but mixed and sustained; `all`",
     )
     bench.add_argument("--levels", default="1,2,4,8", help="concurrency levels (default 1,2,4,8)")
     bench.add_argument(
