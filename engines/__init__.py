@@ -205,18 +205,19 @@ def inspect_model(model_id: str, config: ModelConfig, base_dir: Path) -> ModelFa
     return None if inspector is None else inspector(model_id, config, base_dir)
 
 
-def check_model_files(model_id: str, config: ModelConfig, base_dir: Path) -> None:
+def check_model_files(model_id: str, config: ModelConfig, base_dir: Path) -> ModelFacts | None:
     """Cheap checks that a model's files can load, without loading them (blocking: a thread):
-    they are there and read as the model (`inspect_model`), and a GGUF holds every tensor its
-    header declares (a download cut short has a header that reads). Raises what a load of
-    them would, as a RequestError."""
-    inspect_model(model_id, config, base_dir)
+    they are there and read as the model (`inspect_model`, whose facts it returns), and a
+    GGUF holds every tensor its header declares (a download cut short has a header that
+    reads). Raises what a load of them would, as a RequestError."""
+    facts = inspect_model(model_id, config, base_dir)
     if isinstance(config, LlamaCppModel):
         path = resolve_source(config.source, base_dir, config.revision)
         try:
             check_gguf_tensors(path)
         except (GgufError, OSError) as exc:
             raise EngineError(f"model {model_id!r}: cannot load {path}: {exc}") from exc
+    return facts
 
 
 def create_engine(

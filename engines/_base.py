@@ -457,8 +457,17 @@ class ModelFacts:
     chat_template: bool | None = None
     # The KV cache one load reserves on one device, in bytes (None: not known).
     kv_bytes: int | None = None
+    # The weights' files, in bytes: what a load puts on the device besides the KV cache.
+    weights_bytes: int | None = None
     # Devices this entry cannot run on, with why (e.g. options that need another provider).
     refused_devices: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def device_bytes(self) -> int | None:
+        """About what one load holds on its device: weights and KV cache (None: not known)."""
+        if self.weights_bytes is None:
+            return None
+        return self.weights_bytes + (self.kv_bytes or 0)
 
 
 class ModelInspector(Protocol[C_contra]):

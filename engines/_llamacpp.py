@@ -177,6 +177,7 @@ def inspect_llamacpp(model_id: str, config: LlamaCppModel, base_dir: Path) -> Mo
         where=f"the GGUF metadata of {path.name}",
         chat_template=facts.has_chat_template,
         kv_bytes=facts.kv_bytes(cells, _KV_BYTES[config.options.kv_cache_type]),
+        weights_bytes=path.stat().st_size,
     )
 
 

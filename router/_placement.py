@@ -2,7 +2,8 @@
 
 The cost model of `device: auto`, in order:
 1. Candidates are the devices that can run the model's engine; the CPU only where the route
-   allows it (`allow_cpu`).
+   allows it (`allow_cpu`); a device that reports its free memory only when the model's weights
+   and KV cache fit in it (router/_plan.py, lacks_room).
 2. A prompt of at least `hybrid_min_prompt_tokens` tokens is split (prefill on the NPU, decode on
    the GPU) when both exist and the engine can split: prefill is compute-bound and the NPU takes
    it off the GPU, which keeps decoding other streams.

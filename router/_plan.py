@@ -45,6 +45,9 @@ class ModelTraits:
 
     engine: str
     capabilities: Capabilities = field(default_factory=Capabilities)
+    # About what one load holds on its device (weights and KV cache; None: not known): a
+    # device reporting less free memory is not chosen for it.
+    device_bytes: int | None = None
 
     @property
     def can_split(self) -> bool:
@@ -194,6 +197,19 @@ class _Planner:
     def queue(self, name: str) -> int:
         return self.load.get(name, 0)
 
+    def lacks_room(self, name: str) -> str | None:
+        """Why device `name` has no room for the candidate, by the free memory the device
+        reported (ggml's registry); None when it fits or nothing reports either figure."""
+        device, needed = self.devices.get(name), self.traits.device_bytes
+        if device is None or needed is None or device.memory_free is None:
+            return None
+        if device.emulated or needed <= device.memory_free:
+            return None
+        return (
+            f"{self.model!r} needs about {needed / 1e6:.0f} MB (weights and KV cache) and "
+            f"{device.label} reports {device.memory_free / 1e6:.0f} MB free"
+        )
+
 
 def plan_route(
     task: str,
@@ -285,7 +301,7 @@ def _place_local(p: _Planner, device: str) -> None:
 
 
 def _plan_auto(p: _Planner) -> None:
-    threshold, usable = p.route.hybrid_min_prompt_tokens, p.usable
+    threshold, usable = p.route.hybrid_min_prompt_tokens, _with_room(p)
     if p.prompt_tokens >= threshold and {"npu", "gpu"} <= usable.keys() and p.traits.can_split:
         p.add(
             "npu",
@@ -310,13 +326,27 @@ def _plan_auto(p: _Planner) -> None:
     p.add(best, best, f"auto: {why}; shortest queue, fastest first (queued: {queues})")
 
 
+def _with_room(p: _Planner) -> dict[str, Device]:
+    """The usable devices with room for the candidate; the others noted for explain."""
+    usable = {}
+    for name, device in p.usable.items():
+        if (why := p.lacks_room(name)) is None:
+            usable[name] = device
+        else:
+            p.removed.append(f"{p.prefix}{device.label}: {why}")
+    return usable
+
+
 def _plan_pinned(p: _Planner, device: str, wanted: tuple[str, str]) -> None:
     names = dict.fromkeys(wanted)
     missing = [d for d in names if d not in p.usable]
+    no_room = [why for d in names if d not in missing and (why := p.lacks_room(d))]
     if "cpu" in names and not p.route.allow_cpu:
         p.leave_out(device, "runs on cpu but allow_cpu is false", "policy")
     elif missing:
         p.leave_out(device, _why_unusable(p, missing))
+    elif no_room:
+        p.leave_out(device, no_room[0])
     else:  # a pinned split goes to the engine even when auto would not split for it
         who = "the route" if not p.prefix else "the fallback entry"
         p.add(wanted[0], wanted[1], f"device {device} pinned by {who}")
@@ -389,6 +419,14 @@ def _no_device_error(p: _Planner) -> DeviceUnavailableError:
     else:
         policy = f"and the fallback to cpu is forbidden by routes.{task}.allow_cpu: false"
     wanted = parse_device(route.device) or ()
+    no_room = [why for name in dict.fromkeys(wanted) if (why := p.lacks_room(name))]
+    if wanted and no_room and all(name in p.usable for name in wanted):  # there, but full
+        return DeviceUnavailableError(
+            f"route {task!r} needs device {route.device!r}, which has no room for it here "
+            f"({'; '.join(no_room)}), {policy}: lower models.{route.model}.context_length or "
+            f".options.parallel, or free the device",
+            tuple(p.removed),
+        )
     if wanted and all(name in p.devices for name in wanted):  # there, but not for this engine
         return DeviceUnavailableError(
             f"route {task!r} needs device {route.device!r}, which cannot run engine "

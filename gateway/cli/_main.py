@@ -156,6 +156,7 @@ def _explain(args: argparse.Namespace) -> int:
         args.prompt_tokens,
         strict_privacy=settings.privacy == "strict",
         contexts=contexts,
+        device_bytes={model_id: found.device_bytes for model_id, found in facts.items()},
     )
     print(json.dumps(explained, indent=2) if args.json else format_explanation(explained))
     return 1 if "error" in explained else 0

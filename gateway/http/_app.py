@@ -415,6 +415,7 @@ async def explain_get(task: str, runtime: Runtime, prompt_tokens: int = 0) -> di
         runtime.queue_depths(),
         strict_privacy=runtime.strict_privacy,
         contexts=await runtime.model_contexts(routes),
+        device_bytes=runtime.device_bytes,
     )
 
 
@@ -437,6 +438,7 @@ async def explain_post(task: str, data: TaskRequest, runtime: Runtime) -> dict[s
         runtime.queue_depths(),
         strict_privacy=runtime.strict_privacy,
         contexts=await runtime.model_contexts(routes),
+        device_bytes=runtime.device_bytes,
     )
 
 

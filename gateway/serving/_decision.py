@@ -146,6 +146,7 @@ async def explain_request(
         runtime.queue_depths(),
         strict_privacy=runtime.strict_privacy,
         contexts=await runtime.model_contexts(routes),
+        device_bytes=runtime.device_bytes,
         route=route,
         needs=request_needs(
             route,

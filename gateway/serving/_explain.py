@@ -45,12 +45,14 @@ def explain_task(
     contexts: Mapping[str, int | None] | None = None,
     route: RouteConfig | None = None,
     needs: Needs | None = None,
+    device_bytes: Mapping[str, int | None] | None = None,
 ) -> dict[str, Any]:
     """The plan for `task` without running it; an impossible plan is shown with its error.
     Each attempt says what its budget does to a prompt of `prompt_tokens` tokens, with the
     model's context from `contexts` (by model id; default: the declared context_length).
     `route`: the task's route as a routing rule hands it over (its privacy tightened);
-    `needs`: what the request asks of an engine (logprobs, images, ...), as serving plans it."""
+    `needs`: what the request asks of an engine (logprobs, images, ...), as serving plans it;
+    `device_bytes`: what one load of each model holds on its device (by model id)."""
     route = route or find_route(task, None, routes)
     result: dict[str, Any] = {
         "task": task,
@@ -85,6 +87,7 @@ def explain_task(
             load=load,
             strict_privacy=strict_privacy,
             needs=needs,
+            device_bytes=device_bytes,
         )
     except (DeviceUnavailableError, BadRequestError) as exc:  # no device, or no capable engine
         return {

