@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import secrets
 import struct
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
+
+import msgspec
 
 from zest.engines import EngineInfo, StageStats, TokenLogprob
 from zest.errors import EngineError, RequestError
@@ -235,7 +236,8 @@ def _tool_deltas(answer: ToolAnswer) -> list[dict[str, Any]]:
 
 
 def _event(payload: dict[str, Any]) -> bytes:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+    # msgspec, not json: 1.3 against 20 us a chunk, UTF-8 as sent (issue 25, item 4)
+    return b"data: " + msgspec.json.encode(payload) + b"\n\n"
 
 
 # One streamed choice's chunk: its choice object, and (on its last) the tokens it produced.

@@ -3,13 +3,14 @@ events (response.created ... response.completed), from a chat generation."""
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import string
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
+
+import msgspec
 
 from zest.engines import Delta, TokenLogprob
 from zest.errors import EngineError, RequestError
@@ -227,7 +228,7 @@ class ResponseShape:
     def _event(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, "sequence_number": self.sequence, **fields}
         self.sequence += 1
-        return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+        return b"event: %s\ndata: %s\n\n" % (kind.encode(), msgspec.json.encode(payload))
 
 
 def _text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:

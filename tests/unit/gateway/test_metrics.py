@@ -7,6 +7,7 @@ tests/e2e/test_metrics.py); what is checked here is what the gateway records and
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -216,7 +217,7 @@ def test_a_stream_that_fails_after_it_began_is_a_stream_error() -> None:
     gen = generation(failing_after_one())
     started(metrics, gen)
     events = stream(gen)
-    assert b'"type": "engine_error"' in events[-1]
+    assert json.loads(events[-1].removeprefix(b"data: "))["error"]["type"] == "engine_error"
     scraped = samples(metrics)
     served = {"task": "chat", "model": "m", "device": "cpu"}
     assert value(scraped, "zest_requests_total", **served, outcome="stream_error") == 1
