@@ -34,7 +34,7 @@ from zest.engines._step_plan import (
     prefill_chunks,
     yield_tokens,
 )
-from zest.engines._worker import Task, stream_task
+from zest.engines._worker import Outbox, Task, stream_task
 
 __all__ = ["BatchScheduler"]
 
@@ -107,6 +107,7 @@ class BatchScheduler:
         self.first_token_steps: dict[str, int] = {}
         self._cost = StepCost()  # sizes the yielding prompts' chunk (engines/_step_plan.py)
         self._recent = RecentPriority()  # ...and who they yield to
+        self._outbox = Outbox()  # a step's deltas reach the event loop in one wake-up
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
         self._thread.start()
 
@@ -134,6 +135,7 @@ class BatchScheduler:
             self._retire_cancelled()
             if self._active:
                 self._step()
+            self._outbox.flush()  # before _admit may block: nothing is held while idle
 
     def _admit(self) -> bool:
         """Move waiting requests into free slots; block while there is nothing to do."""
@@ -159,6 +161,7 @@ class BatchScheduler:
 
     def _start(self, task: Task, seq: int) -> None:
         job = task.job
+        task.outbox = self._outbox
         slot = _Slot(task, seq, self._new_output(job), self._new_sampler(job))
         if job.speculative is not None:
             slot.drafter = PromptLookup(

@@ -2,7 +2,8 @@
 
 Each job's deltas cross back to the event loop through an asyncio queue. Closing the async
 iterator (a client went away) cancels the job; generation loops check the flag between tokens,
-so the model is free again within one token step.
+so the model is free again within one token step. A batch's scheduling thread holds a step's
+deltas in an Outbox and hands them over in one wake-up of the loop, not one per stream.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from zest.errors import EngineError, ZestError
 
 __all__ = [
     "GenerationWorker",
+    "Outbox",
     "Task",
     "WaitingRoom",
     "as_engine_error",
@@ -40,8 +42,13 @@ class Task:
     loop: asyncio.AbstractEventLoop
     results: asyncio.Queue[_Item]
     started: float = field(default_factory=time.perf_counter)
+    # Set by a scheduling thread that delivers once per step; only that thread sends then.
+    outbox: Outbox | None = None
 
     def send(self, item: _Item) -> None:
+        if self.outbox is not None:
+            self.outbox.hold(self, item)
+            return
         try:
             self.loop.call_soon_threadsafe(self.results.put_nowait, item)
         except RuntimeError:  # the caller's loop is closed: nobody listens, stop generating
@@ -55,6 +62,38 @@ class Task:
     def fail(self, exc: BaseException) -> None:
         self.send(as_engine_error(exc))
         self.send(None)
+
+
+class Outbox:
+    """The deltas of one scheduling step, handed to each event loop in one wake-up.
+
+    Each call_soon_threadsafe writes to the loop's wake-up pipe, and each wake-up runs the
+    loop's select and callbacks once: with eight streams a step cost eight of them, now one
+    (issue 25, item 4). Used by one thread only, the one that schedules the steps.
+    """
+
+    def __init__(self) -> None:
+        self._held: list[tuple[Task, _Item]] = []
+
+    def hold(self, task: Task, item: _Item) -> None:
+        self._held.append((task, item))
+
+    def flush(self) -> None:
+        held, self._held = self._held, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Task, _Item]]] = {}
+        for task, item in held:
+            by_loop.setdefault(task.loop, []).append((task, item))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # that loop is closed: nobody listens, stop generating
+                for task, _ in items:
+                    task.job.cancel()
+
+
+def _deliver(items: list[tuple[Task, _Item]]) -> None:
+    for task, item in items:  # in the order sent: a stream's deltas stay in order
+        task.results.put_nowait(item)
 
 
 async def stream_task(
