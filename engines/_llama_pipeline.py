@@ -24,7 +24,7 @@ from zest.engines._base import Delta, GenerationJob, StageStats
 from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
 from zest.engines._speculation import PromptLookup, draft_entries, take_tokens
-from zest.engines._worker import Task, WaitingRoom, stream_task
+from zest.engines._worker import Outbox, Task, WaitingRoom, stream_task
 from zest.router import Placement
 
 __all__ = ["HybridPipeline"]
@@ -67,6 +67,7 @@ class HybridPipeline:
         self._devices = (placement.prefill.label, placement.decode.label)
         # A request holds its place from prefill until its decode slot is freed.
         self._room = WaitingRoom(slots=decode.settings.n_seq)
+        self._outbox = Outbox()  # a decode step's deltas reach the event loop in one wake-up
         self._handoffs: queue.SimpleQueue[_Sequence | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._prefill_loop, name=f"zest-{name}-prefill", daemon=True),
@@ -137,6 +138,7 @@ class HybridPipeline:
             closed = self._admit_handoffs(active, free) or closed
             if active:
                 self._step(active, free)
+            self._outbox.flush()  # before the next handoff wait may block
 
     def _admit_handoffs(self, active: dict[int, _Sequence], free: list[int]) -> bool:
         """Take waiting handoffs into free slots; block only when nothing is decoding."""
@@ -166,6 +168,7 @@ class HybridPipeline:
             return
         handoff_ms = (seq.stats.handoff_ms or 0.0) + _ms(imported)
         seq.stats, seq.state = replace(seq.stats, handoff_ms=handoff_ms), b""
+        seq.task.outbox = self._outbox  # from here on only this thread sends to it
         seq.task.send(Delta(seq.out.push(seq.token), stats=seq.stats))
         seq.decode_start = time.perf_counter()
         active[slot] = seq
