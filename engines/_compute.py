@@ -42,11 +42,20 @@ def compute_executor() -> ThreadPoolExecutor:
     return _EXECUTOR
 
 
-def on_compute_thread(work: Callable[..., T], *args: object) -> T:
-    """Run `work(*args)` on the compute thread and wait for it (inline if already there)."""
+def on_compute_thread(
+    work: Callable[..., T], *args: object, while_waiting: Callable[[], None] | None = None
+) -> T:
+    """Run `work(*args)` on the compute thread and wait for it (inline if already there).
+    `while_waiting` runs on the caller's thread once `work` is under way (before it, inline):
+    what the caller has to do anyway overlaps the computation instead of delaying it."""
     if threading.get_ident() in _thread_ids:
+        if while_waiting is not None:
+            while_waiting()
         return work(*args)
-    return compute_executor().submit(work, *args).result()
+    running = compute_executor().submit(work, *args)
+    if while_waiting is not None:
+        while_waiting()
+    return running.result()
 
 
 def compute_bound(work: Callable[P, T]) -> Callable[P, T]:

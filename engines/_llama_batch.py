@@ -134,8 +134,9 @@ class BatchScheduler:
         while self._admit():
             self._retire_cancelled()
             if self._active:
-                self._step()
-            self._outbox.flush()  # before _admit may block: nothing is held while idle
+                self._step()  # it hands over what is held while its llama_decode runs
+            if not self._active:
+                self._outbox.flush()  # no step left to overlap with, and _admit may block
 
     def _admit(self) -> bool:
         """Move waiting requests into free slots; block while there is nothing to do."""
@@ -200,7 +201,10 @@ class BatchScheduler:
         self.steps += 1
         try:
             started = time.perf_counter()
-            self._ctx.decode(entries)
+            # The last step's deltas go to the event loop while llama.cpp computes this one:
+            # waking the loop (a socket write) was 17% of this thread's busy samples at 4
+            # streams, on the step's critical path (py-spy, issue 25).
+            self._ctx.decode(entries, while_waiting=self._outbox.flush)
             self._cost.record(len(entries), (time.perf_counter() - started) * 1000)
             for row in decoding:
                 self._advance(row)

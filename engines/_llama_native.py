@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,15 +242,21 @@ class NativeContext:
         self.last_index = (len(tokens) - 1) % step if tokens else 0
         return True
 
-    def decode(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
-        """One mixed batch of (token, position, sequence, wants logits); logits at batch index."""
+    def decode(
+        self,
+        entries: Sequence[tuple[int, int, int, bool]],
+        *,
+        while_waiting: Callable[[], None] | None = None,
+    ) -> None:
+        """One mixed batch of (token, position, sequence, wants logits); logits at batch index.
+        `while_waiting` runs while llama.cpp computes it (on_compute_thread), else before."""
         batch = self._batch.batch
         batch.n_tokens = len(entries)
         for i, (token, pos, seq, logits) in enumerate(entries):
             batch.token[i], batch.pos[i] = token, pos
             batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq
             batch.logits[i] = logits
-        self._decode()
+        self._decode(while_waiting)
 
     def copy(self, src: int, dst: int, end: int) -> None:
         """Give `dst` the cells of `src` at positions [0, end): shared cells, nothing is copied."""
@@ -312,10 +318,17 @@ class NativeContext:
         if last_only and entries:
             batch.logits[len(entries) - 1] = True
 
-    def _decode(self) -> None:
+    def _decode(self, while_waiting: Callable[[], None] | None = None) -> None:
         if self.settings.threads > 1:  # an OpenMP team: on the process's one compute thread
-            code = on_compute_thread(self._lib.llama_decode, self._ctx.ctx, self._batch.batch)
+            code = on_compute_thread(
+                self._lib.llama_decode,
+                self._ctx.ctx,
+                self._batch.batch,
+                while_waiting=while_waiting,
+            )
         else:
+            if while_waiting is not None:
+                while_waiting()
             code = self._lib.llama_decode(self._ctx.ctx, self._batch.batch)
         if code != 0:
             raise EngineError(

@@ -126,9 +126,9 @@ def record_decode_calls(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list
     native = ctx.decode
     calls: list[list[int]] = []
 
-    def decode(entries: Sequence[tuple[int, int, int, bool]]) -> None:
+    def decode(entries: Sequence[tuple[int, int, int, bool]], **options: Any) -> None:
         calls.append([seq for _, _, seq, _ in entries])
-        native(entries)
+        native(entries, **options)
 
     monkeypatch.setattr(ctx, "decode", decode)
     return calls

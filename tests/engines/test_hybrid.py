@@ -94,9 +94,9 @@ def test_streams_decode_together(
     decode_ctx = cast(Any, hybrid)._runner._decode
     native_decode, steps = decode_ctx.decode, list[list[int]]()
 
-    def decode(entries: Sequence[tuple[int, int, int, bool]]) -> None:
+    def decode(entries: Sequence[tuple[int, int, int, bool]], **options: Any) -> None:
         steps.append([slot for _, _, slot, _ in entries])
-        native_decode(entries)
+        native_decode(entries, **options)
 
     monkeypatch.setattr(decode_ctx, "decode", decode)
 

@@ -42,9 +42,9 @@ def count_steps(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     ctx = cast(Any, engine)._runner._ctx
     native, steps = ctx.decode, []
 
-    def decode(entries: Sequence[tuple[int, int, int, bool]]) -> None:
+    def decode(entries: Sequence[tuple[int, int, int, bool]], **options: Any) -> None:
         steps.append(len(entries))
-        native(entries)
+        native(entries, **options)
 
     monkeypatch.setattr(ctx, "decode", decode)
     return steps
