@@ -27,7 +27,7 @@ import httpx
 from zest.bench._servers import free_port, zest_server
 from zest.bench._spawn import serving, zest_command
 
-__all__ = ["backends", "usable_devices"]
+__all__ = ["backends"]
 
 PROMPT = "The harbour town woke slowly, and the boats came back with the tide. "
 # Small, because a software GPU prefills a few tokens a second.
@@ -37,16 +37,10 @@ DECODE_TOKENS = 16
 _NO_END = {"0": -100, "2": -100}
 
 
-def usable_devices(env: dict[str, str] | None = None) -> dict[str, Any]:
+def _usable_devices() -> dict[str, Any]:
     """`zest system-info --json` as a server in this environment would see it."""
-    done = subprocess.run(
-        zest_command("system-info", "--json"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-        env=env,
-    )
+    command = zest_command("system-info", "--json")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
     info: dict[str, Any] = json.loads(done.stdout)
     return info
 
@@ -117,7 +111,7 @@ def _row(route: str, samples: list[dict[str, Any]], loaded: dict[str, Any]) -> d
 
 def backends(model: Path, threads: int, folder: Path, out: Path, rounds: int) -> dict[str, Any]:
     """Each backend present measured `rounds` times (after one untimed warm-up round)."""
-    info = usable_devices()
+    info = _usable_devices()
     placements = _placements(info)
     server = zest_server(_routes(model, threads, folder, placements), free_port())
     samples: dict[str, list[dict[str, Any]]] = {f"on-{p}": [] for p in placements}

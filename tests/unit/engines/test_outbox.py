@@ -11,19 +11,7 @@ from zest.engines._worker import Outbox, Task
 
 
 def job() -> GenerationJob:
-    return GenerationJob(
-        prompt=Prompt.completion("hi"),
-        max_tokens=4,
-        temperature=0.0,
-        top_p=1.0,
-        top_k=0,
-        min_p=0.0,
-        repeat_penalty=1.0,
-        frequency_penalty=0.0,
-        presence_penalty=0.0,
-        seed=1,
-        stop=(),
-    )
+    return GenerationJob.greedy(Prompt.completion("hi"), max_tokens=4)
 
 
 def counting_wakeups(loop: asyncio.AbstractEventLoop) -> list[int]:
