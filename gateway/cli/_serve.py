@@ -142,7 +142,11 @@ def _log_start(runtime: Runtime) -> None:
 def _bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound here so a busy port is a clear error, not uvicorn's exit 3."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listening = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP by name: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on sockets
+    # whose proto says TCP, and accepted sockets take the listener's. With proto 0, a streamed
+    # token written while the headers were unacknowledged waited for the client's delayed ACK:
+    # the first tokens came ~40 ms late, several at once (issue 25).
+    listening = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listening.bind((host, port))
