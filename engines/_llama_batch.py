@@ -148,17 +148,22 @@ class BatchScheduler:
                     self._incoming.popleft().send(None)
                 return bool(self._active)
             admitted = []
-            if not self._active:  # a lone batch takes the same sequences every time
-                self._free.sort()
             while self._free and self._incoming:
                 task = self._incoming.popleft()
                 if task.job.cancelled.is_set():  # its caller left before it started
                     task.send(None)
                     continue
-                admitted.append((task, self._free.pop(0)))
+                admitted.append((task, self._take_slot(task.job.prompt_tokens)))
         for task, seq in admitted:
             self._start(task, seq)
         return True
+
+    def _take_slot(self, prompt: tuple[int, ...]) -> int:
+        """The free sequence whose stream already holds most of `prompt`, else the lowest (a
+        lone batch takes the same sequence every time)."""
+        seq = min(self._free) if self._cache is None else self._cache.choose(prompt, self._free)
+        self._free.remove(seq)
+        return seq
 
     def _start(self, task: Task, seq: int) -> None:
         job = task.job
@@ -168,7 +173,7 @@ class BatchScheduler:
             slot.drafter = PromptLookup(
                 job.prompt_tokens, job.speculative.tokens, job.speculative.ngram
             )
-        try:  # the sequence holds no cells: _retire freed its last request's
+        try:  # the sequence's stream holds at most its last prompt (engines/_prefix_cache.py)
             if self._cache is not None:
                 slot.reused = slot.cursor = self._cache.reuse(job.prompt_tokens, seq)
         except Exception as exc:
@@ -240,7 +245,7 @@ class BatchScheduler:
         prefill_ms = (time.perf_counter() - slot.admitted) * 1000
         slot.stats = StageStats(self._device, self._device, prefill_ms)
         if self._cache is not None:
-            self._cache.keep(slot.prompt, slot.seq)
+            self._cache.hold(slot.prompt, slot.seq)
         slot.decode_start = time.perf_counter()
         self.first_token_steps[slot.task.job.label] = self.steps
         while len(self.first_token_steps) > _FIRST_TOKENS_KEPT:
@@ -278,13 +283,13 @@ class BatchScheduler:
             self._retire(slot)
 
     def _retire(self, slot: _Slot, error: BaseException | None = None) -> None:
-        # The slot's cells go at once (those a prefix-cache entry shares stay with it): in the
-        # unified KV cache every step's attention runs over every cell up to the highest one
-        # in use, masking the other sequences' cells: the cells of finished requests made a
-        # decode step up to 1.17x and a prefill chunk up to 1.44x as slow
-        # (bench/kv_occupancy.py, issue 25).
+        # The slot's stream keeps its prompt for a later request: in a stream of its own it
+        # costs the other sequences' attention nothing (engines/_prefix_cache.py).
         self._active.remove(slot)
-        self._ctx.forget(slot.seq)
+        if self._cache is None:
+            self._ctx.forget(slot.seq)
+        else:
+            self._cache.release(slot.seq, keep=error is None)
         slot.sampler.close()
         with self._cond:
             self._free.append(slot.seq)

@@ -191,15 +191,16 @@ def _ggml_device(lib: Any, index: int) -> GgmlDevice:
 
 @dataclass(frozen=True)
 class ContextSettings:
-    n_ctx: int  # KV cells in all (sequences share them: kv_unified)
+    n_ctx: int  # KV cells in all (n_ctx / n_seq per stream where kv_unified is off)
     n_batch: int
     n_ubatch: int
     threads: int
     n_seq: int
     flash_attn: bool
     kv_type: int
-    # One KV stream per sequence (False) makes each sequence's numerics independent of the
-    # others' cell placement; a unified cache (True) lets sequences share cells.
+    # One KV stream per sequence (False): each sequence's attention runs over its own cells
+    # only, and its numerics do not depend on the others' cell placement; a unified cache
+    # (True) lets sequences share cells, but every row attends over every cell in use.
     kv_unified: bool = True
 
 
@@ -258,9 +259,10 @@ class NativeContext:
             batch.logits[i] = logits
         self._decode(while_waiting)
 
-    def copy(self, src: int, dst: int, end: int) -> None:
-        """Give `dst` the cells of `src` at positions [0, end): shared cells, nothing is copied."""
-        self._lib.llama_memory_seq_cp(self._ctx.memory, src, dst, 0, end)
+    def copy_stream(self, src: int, dst: int) -> None:
+        """Make `dst`'s KV stream a copy of `src`'s (kv_unified off). llama.cpp copies between
+        streams only whole (a partial range aborts the process), at the next decode."""
+        self._lib.llama_memory_seq_cp(self._ctx.memory, src, dst, -1, -1)
 
     def forget_from(self, seq: int, start: int) -> None:
         self._lib.llama_memory_seq_rm(self._ctx.memory, seq, start, -1)

@@ -156,14 +156,21 @@ def gguf_facts(model_id: str, path: Path) -> GgufFacts:
         raise EngineError(f"model {model_id!r}: cannot read {path}: {exc}") from exc
 
 
+def stream_cells(context: int) -> int:
+    """Cells of one sequence's KV stream: llama.cpp rounds a stream up to a multiple of 256."""
+    return -(-context // 256) * 256
+
+
 def kv_cells(config: LlamaCppModel, context: int, *, split: bool = False) -> int:
-    """KV cells a load reserves: `parallel` sequences of `context` (and the prefix cache) in
-    the decoding context, plus one sequence in a split placement's prefill context."""
+    """KV cells a load reserves: a stream of `context` for each of `parallel` sequences (kept
+    prompts live in idle slots' streams: no cells of their own); a split placement's decoding
+    context is one unified stream of `parallel` x `context`, beside one sequence to prefill."""
     opts = config.options
     if opts.embedding:
         return context
-    cells = context * opts.parallel + (0 if split else opts.prefix_cache_size(context))
-    return cells + (context if split else 0)
+    if split:
+        return context * opts.parallel + context
+    return stream_cells(context) * opts.parallel
 
 
 def inspect_llamacpp(model_id: str, config: LlamaCppModel, base_dir: Path) -> ModelFacts:
@@ -401,8 +408,10 @@ class LlamaCppEngine(Engine):
         return f"llama.cpp ({part(self.placement.decode)})"
 
     def _context(
-        self, device: Device, n_seq: int, n_ctx: int, *, unified: bool = True
+        self, device: Device, n_seq: int, n_ctx: int, *, unified: bool = False
     ) -> NativeContext:
+        """A context with a KV stream per sequence (engines/_prefix_cache.py), or one
+        `unified` stream for all."""
         opts = self.config.options
         settings = ContextSettings(
             n_ctx=n_ctx,
@@ -422,8 +431,13 @@ class LlamaCppEngine(Engine):
         opts, length = self.config.options, self.context_length
         if self.placement.split:
             prefill = self._context(self.placement.prefill, n_seq=1, n_ctx=length)
+            # Unified: llama.cpp's sequence state names its stream count, so the one-stream
+            # prefill context's KV imports only into a one-stream decode context.
             decode = self._context(
-                self.placement.decode, n_seq=opts.parallel, n_ctx=length * opts.parallel
+                self.placement.decode,
+                n_seq=opts.parallel,
+                n_ctx=length * opts.parallel,
+                unified=True,
             )
             return HybridPipeline(
                 self.model_id,
@@ -434,16 +448,12 @@ class LlamaCppEngine(Engine):
                 placement=self.placement,
             )
         cache_tokens = opts.prefix_cache_size(length)
-        cache_seqs = opts.prefix_cache_entries if cache_tokens else 0
         ctx = self._context(
-            self.placement.decode,
-            n_seq=opts.parallel + cache_seqs,
-            n_ctx=kv_cells(self.config, length),
+            self.placement.decode, n_seq=opts.parallel, n_ctx=kv_cells(self.config, length)
         )
         cache = None
-        if cache_seqs:
-            seq_ids = range(opts.parallel, opts.parallel + cache_seqs)
-            cache = PrefixCache(ctx, seq_ids, cache_tokens)
+        if cache_tokens:
+            cache = PrefixCache(ctx, kept=opts.prefix_cache_entries, max_tokens=cache_tokens)
         return BatchScheduler(
             f"{self.model_id}-{self.placement.key}",
             ctx=ctx,

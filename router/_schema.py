@@ -85,13 +85,14 @@ class LlamaCppOptions(_Strict):
     mmap: bool = True
     # Sequences decoded together in one context (continuous batching; hybrid decode slots).
     parallel: int = Field(default=4, ge=1, le=64)
-    # Tokens of recent prompts whose KV is kept for reuse by later requests (the shared system
-    # prompt, a conversation's earlier turns); None: as many as the context_length; 0: off.
+    # Prefix reuse: a finished request's slot keeps its prompt's KV for later requests (the
+    # shared system prompt, a conversation's earlier turns); this is the longest prompt kept,
+    # None: the context_length; 0: off. Kept prompts live in their idle slots' own KV streams,
+    # so they reserve no memory and cost other requests nothing (engines/_prefix_cache.py).
     # Reused KV is not bit-identical to a recomputed one (see docs/serving.md).
     prefix_cache_tokens: int | None = Field(default=None, ge=0)
-    # Prompts kept at once within that budget: how many conversations stay warm. Kept cells stay
-    # in the unified KV that each decode step scans, so fewer entries make steps cheaper where
-    # conversations are few (measured: 2 entries decode 1.1x as fast as 8; docs/benchmarks.md).
+    # Idle slots that keep their prompt at once (at most `parallel`: one per slot), the least
+    # recently used forgotten first: how many conversations stay warm.
     prefix_cache_entries: int = Field(default=8, ge=1, le=32)
 
     def prefix_cache_size(self, context_length: int) -> int:

@@ -41,9 +41,8 @@ def engine() -> Iterator[Engine]:
 
 
 def test_a_finished_request_leaves_no_cells_in_the_kv_cache() -> None:
-    """Each step's attention runs over every cell up to the highest in use, so a request's
-    cells go when it ends, not when its slot is next taken (issue 25: up to 1.44x per prefill
-    chunk, bench/kv_occupancy.py). Without a prefix cache, nothing is left in any sequence."""
+    """Without a prefix cache a request's cells go when it ends: nothing is left in any
+    sequence's stream (with one, the slot keeps its prompt: engines/_prefix_cache.py)."""
     engine = load(parallel=4, prefix_cache_tokens=0)
     try:
         ctx = cast(Any, engine)._runner._ctx
@@ -172,11 +171,18 @@ def test_prompts_waiting_together_are_prefilled_in_one_step(
     assert len(calls) <= 2 * len(jobs)
 
 
-def chat_job(engine: Engine, question: str, system: str = SYSTEM) -> GenerationJob:
+def chat_job(
+    engine: Engine, question: str, system: str = SYSTEM, **overrides: object
+) -> GenerationJob:
     prompt = tokenizer_of(engine).render_chat(
         [{"role": "system", "content": system}, {"role": "user", "content": question}]
     )
-    return completion_job(engine, prompt, max_tokens=8)
+    return completion_job(engine, prompt, **{"max_tokens": 8, **overrides})
+
+
+def shared_prefix(a: GenerationJob, b: GenerationJob) -> int:
+    pairs = zip(a.prompt_tokens, b.prompt_tokens, strict=False)
+    return next(i for i, (x, y) in enumerate(pairs) if x != y)
 
 
 def test_a_shared_system_prompt_is_prefilled_once(engine: Engine) -> None:
@@ -184,18 +190,60 @@ def test_a_shared_system_prompt_is_prefilled_once(engine: Engine) -> None:
     cold = collect(engine, cold_job)
     warm_job = chat_job(engine, "Do you sell spelt?")
     warm = collect(engine, warm_job)
-    shared = next(
-        i
-        for i, (a, b) in enumerate(
-            zip(cold_job.prompt_tokens, warm_job.prompt_tokens, strict=False)
-        )
-        if a != b
-    )
+    shared = shared_prefix(cold_job, warm_job)
     assert cold[0].cached_tokens == 0
     assert shared > 300
     # Reused up to the shared prefix, leaving the prompt's last 32 tokens to be evaluated anew.
     assert warm[0].cached_tokens == min(shared, len(warm_job.prompt_tokens) - 32)
     assert warm[-1].completion_tokens >= 1
+
+
+def test_a_prefix_held_by_a_busy_slot_is_copied_from_its_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request that shares the system prompt of one still decoding starts in another slot
+    with a copy of that slot's stream, cut back to the shared prefix: its answer is the one a
+    cold run gives (to a near-tie), so the copied cells hold that prefix's K and V."""
+    engine = load(parallel=2, prefix_cache_tokens=4096)
+    ctx = cast(Any, engine)._runner._ctx
+    copies: list[tuple[int, int]] = []
+    native = ctx.copy_stream
+    monkeypatch.setattr(ctx, "copy_stream", lambda s, d: (copies.append((s, d)), native(s, d)))
+    busy = chat_job(engine, "Do you sell rye? Tell me about every loaf.", max_tokens=48)
+    later = chat_job(engine, "Do you sell spelt?", logprobs=2)
+
+    async def beside_a_busy_slot() -> list[Delta]:
+        started = asyncio.Event()
+
+        async def first() -> list[Delta]:
+            deltas = []
+            async for delta in engine.stream(busy):
+                deltas.append(delta)
+                started.set()
+            return deltas
+
+        running = asyncio.ensure_future(first())
+        await started.wait()  # the first prompt is in its slot's KV, and it is decoding
+        answer = await stream_all(engine, later)
+        assert not running.done(), "the first request ended before the second one started"
+        await running
+        return answer
+
+    try:
+        copied = asyncio.run(beside_a_busy_slot())
+    finally:
+        asyncio.run(engine.close())
+    cold = load(parallel=1, prefix_cache_tokens=0)
+    try:
+        lone = collect(cold, chat_job(cold, "Do you sell spelt?", logprobs=5))
+    finally:
+        asyncio.run(cold.close())
+    assert copies == [(0, 1)]
+    shared = shared_prefix(busy, later)
+    assert shared > 300
+    # Up to the shared prefix, the prompt's last 32 tokens evaluated anew.
+    assert copied[0].cached_tokens == min(shared, len(later.prompt_tokens) - 32)
+    assert_same_or_near_tie(lone[-1], copied[-1])
 
 
 def test_prefix_cache_entries_bound_the_prompts_kept() -> None:
