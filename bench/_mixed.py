@@ -8,7 +8,9 @@ idle and its loaded spell in turn, round by round with the order alternating, in
 
 Read off: the autocomplete TTFT p50/p95 alone and loaded, the ratio of the two p95s (how much
 the batch task slows the interactive one), and the summaries' tokens/s: the completion tokens
-streamed to the summary clients inside the loaded window, over the window's length.
+streamed to the summary clients inside the loaded window, over the window's length. Beside it,
+how the machine's work was shared in that window: each task's tokens processed a second, prompt
+and completion (work_in_window), for the servers give the two tasks different shares of one CPU.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "snippet",
     "spell_figures",
     "tokens_in_window",
+    "work_in_window",
 ]
 
 AUTOCOMPLETE_TOKENS = 16
@@ -140,11 +143,28 @@ class Spell:
     summary_tokens: int = 0  # streamed inside the window
     summaries: int = 0  # summary requests that finished
     summary_prompt_tokens: list[int] = field(default_factory=list)
+    summary_work: float = 0.0  # tokens processed inside the window (work_in_window)
+    autocomplete_work: float = 0.0
 
 
 def tokens_in_window(requests: list[Timed], start: float, end: float) -> int:
     """Content events (one a token) that arrived in [start, end)."""
     return sum(1 for request in requests for t in request.times if start <= t < end)
+
+
+def work_in_window(requests: list[Timed], start: float, end: float) -> float:
+    """Tokens the requests had processed inside [start, end): each prompt's tokens spread
+    evenly over its prefill (sent to first token: what a client can see of it), and each
+    completion token when it came. The same estimate for every server."""
+    prompts = 0.0
+    for request in requests:
+        if not request.prompt_tokens or not request.times:
+            continue
+        began, ended = request.sent, request.times[0]
+        inside = max(0.0, min(ended, end) - max(began, start))
+        share = inside / (ended - began) if ended > began else float(start <= ended < end)
+        prompts += request.prompt_tokens * share
+    return prompts + tokens_in_window(requests, start, end)
 
 
 def spell_figures(spells: list[Spell]) -> dict[str, Any]:
@@ -157,6 +177,10 @@ def spell_figures(spells: list[Spell]) -> dict[str, Any]:
         "ttft_p50_ms": percentile(ttfts, 50),
         "ttft_p95_ms": percentile(ttfts, 95),
         "summary_tps": sum(spell.summary_tokens for spell in spells) / window if window else 0.0,
+        "summary_work_tps": sum(s.summary_work for s in spells) / window if window else 0.0,
+        "autocomplete_work_tps": (
+            sum(s.autocomplete_work for s in spells) / window if window else 0.0
+        ),
         "summaries": sum(spell.summaries for spell in spells),
         "summary_prompt_tokens": sorted(prompts)[len(prompts) // 2] if prompts else None,
     }
@@ -187,6 +211,7 @@ def _autocomplete_body(server: MixedServer, serial: int, nonce: str) -> dict[str
         "max_tokens": AUTOCOMPLETE_TOKENS,
         "temperature": 0,
         "stream": True,
+        "stream_options": {"include_usage": True},
     }
 
 
@@ -242,6 +267,8 @@ async def _spell(server: MixedServer, seconds: int, *, loaded: bool) -> Spell:
         tokens_in_window(done, start, end),
         len(done),
         [s.prompt_tokens for s in done if s.prompt_tokens is not None],
+        work_in_window(done, start, end),
+        work_in_window(answered, start, end),
     )
 
 

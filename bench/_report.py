@@ -142,15 +142,23 @@ def _mixed(report: dict[str, Any]) -> list[str]:
         f"{mixed['seconds']} s alone, then beside {mixed['summaries']} looping summaries "
         f"({mixed['summary_tokens']} tokens), {mixed['rounds']} round(s):",
         f"  {'server':<14} {'TTFT p50/p95 alone':>20} {'beside summaries':>20} "
-        f"{'p95 loaded/alone':>17} {'summaries tok/s':>16}",
+        f"{'p95 loaded/alone':>17} {'summaries tok/s':>16} {'work tok/s (sum. + autoc.)':>27}",
     ]
     for name, figures in mixed["servers"].items():
         idle, loaded = figures["idle"], figures["loaded"]
         lines.append(
             f"  {name:<14} {_p50_p95(idle):>20} {_p50_p95(loaded):>20} "
-            f"{figures['p95_ratio']:>16.1f}x {loaded['summary_tps']:>16.1f}"
+            f"{figures['p95_ratio']:>16.1f}x {loaded['summary_tps']:>16.1f} {_work(loaded):>27}"
         )
     return lines
+
+
+def _work(loaded: dict[str, Any]) -> str:
+    """Tokens processed a second in the loaded window, prompt and completion, by task (runs
+    from before the figure was kept have none)."""
+    if "summary_work_tps" not in loaded:
+        return "-"
+    return f"{loaded['summary_work_tps']:.1f} + {loaded['autocomplete_work_tps']:.1f}"
 
 
 def _p50_p95(figures: dict[str, Any]) -> str:

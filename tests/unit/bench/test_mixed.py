@@ -9,7 +9,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from zest.bench._mixed import Spell, Timed, document, snippet, spell_figures, tokens_in_window
+from zest.bench._mixed import (
+    Spell,
+    Timed,
+    document,
+    snippet,
+    spell_figures,
+    tokens_in_window,
+    work_in_window,
+)
 from zest.bench._mixed import _timed as _timed_request
 from zest.bench._report import format_report, targets
 from zest.bench._servers import routes_file
@@ -41,6 +49,17 @@ def test_the_summaries_tokens_are_those_streamed_inside_the_window() -> None:
     assert tokens_in_window(requests, 1.0, 10.0) == 4  # 1.0, 1.5, 9.9 and 3.0
 
 
+def test_a_task_s_work_spreads_each_prompt_over_its_prefill() -> None:
+    """1,000 prompt tokens prefilled from 0 s to 4 s (the first token), 3 tokens after it:
+    inside [2, 10) half the prompt and every token; a request wholly outside counts nothing."""
+    summary = Timed(0.0, [4.0, 5.0, 11.0], prompt_tokens=1000)
+    assert work_in_window([summary], 2.0, 10.0) == 500 + 2
+    late = Timed(10.0, [12.0], prompt_tokens=40)
+    assert work_in_window([summary, late], 0.0, 10.0) == 1000 + 2
+    unknown = Timed(2.0, [3.0])  # no usage: its prompt counts nothing, its tokens do
+    assert work_in_window([unknown], 0.0, 10.0) == 1
+
+
 def test_a_spell_s_figures_pool_every_round() -> None:
     rounds = [
         Spell(
@@ -54,7 +73,9 @@ def test_a_spell_s_figures_pool_every_round() -> None:
             summary_prompt_tokens=[1590, 1610],
         ),
     ]
+    rounds[0].summary_work, rounds[1].autocomplete_work = 1200.0, 300.0
     figures = spell_figures(rounds)
+    assert (figures["summary_work_tps"], figures["autocomplete_work_tps"]) == (200.0, 50.0)
     assert figures["requests"] == 6
     assert figures["ttft_p50_ms"] == 125.0
     assert figures["ttft_p95_ms"] == pytest.approx(710.0)  # interpolated: 140 + 0.75 * 760
@@ -95,12 +116,16 @@ def test_the_mixed_phase_is_reported_as_a_table_with_its_targets() -> None:
         "mixed: autocomplete 1/s (16 tokens) for 45 s alone, then beside 3 looping summaries "
         "(128 tokens), 1 round(s):",
         "  server           TTFT p50/p95 alone     beside summaries  p95 loaded/alone  "
-        "summaries tok/s",
+        "summaries tok/s  work tok/s (sum. + autoc.)",
         "  zest                   137 / 191 ms     2,977 / 8,002 ms             41.9x"
-        "             13.5",
+        "             13.5                           -",
         "  llama-server           115 / 159 ms     3,345 / 8,726 ms             54.9x"
-        "             17.0",
+        "             17.0                           -",
     ]
+    worked = _server((137.0, 191.0), (2977.0, 8002.0), 13.5)
+    worked["loaded"].update(summary_work_tps=95.04, autocomplete_work_tps=12.5)  # type: ignore[attr-defined]
+    shown = format_report({"mixed": {**mixed, "servers": {"zest": worked}}}).splitlines()
+    assert shown[-1].endswith("13.5                 95.0 + 12.5")
     only_zest = {**mixed, "servers": {"zest": _server((137.0, 191.0), (2977.0, 8002.0), 13.5)}}
     assert [name for name, *_ in targets({"mixed": only_zest})] == [
         "mixed: autocomplete TTFT p95 loaded <= 3x alone"
