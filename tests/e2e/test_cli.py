@@ -39,10 +39,10 @@ def test_check_prints_the_default_routes() -> None:
     assert lines[-1] == (
         f"{REPO / 'routes.yaml'}: OK (3 routes, 1 model; checked the file and its model files)"
     )
-    # What one load of the model reserves: (context_length 4096 x parallel 4 + the prefix
-    # cache's 4096) x 23,040 bytes.
+    # What one load of the model reserves: context_length 4096 x parallel 4 x 23,040 bytes
+    # (kept prompts live in their idle slots' streams: no cells of their own).
     model_row = next(line.split() for line in lines if line.startswith("smollm2 "))
-    assert model_row[:5] == ["smollm2", "llamacpp", "4096", "450", "MiB"]
+    assert model_row[:5] == ["smollm2", "llamacpp", "4096", "360", "MiB"]
 
 
 def test_check_lists_every_error_and_exits_1(tmp_path: Path) -> None:
