@@ -92,6 +92,10 @@ class AdmissionQueue(Generic[Item]):
     def waiting(self) -> int:
         return len(self._waiting) + len(self._siblings)
 
+    def highest_waiting(self) -> int | None:
+        """The highest priority waiting for a slot (None: nothing waits)."""
+        return -self._waiting[0][0] if self._waiting else None
+
     def offer(self, item: Item, priority: int = 0) -> None:
         """Queue `item`, or refuse it with 429 when every slot and queue place is taken (400
         when its group could never decode together)."""

@@ -413,6 +413,12 @@ class Engine(ABC):
         """The loaded model's tokenizer (None: the engine has none, as a remote upstream)."""
         return None
 
+    def note_queued(self, priority: int | None) -> None:
+        """The highest priority of the requests its runner holds back for want of a slot
+        (None: none). A batching engine pauses lower prompts' prefill for them; others
+        have nothing to do with it."""
+        del priority
+
     async def embed(
         self, texts: Sequence[EmbeddingInput], *, privacy: Privacy = "local_only"
     ) -> Embeddings:

@@ -29,6 +29,7 @@ from zest.engines._prefix_cache import PrefixCache
 from zest.engines._speculation import PromptLookup, draft_entries, take_tokens
 from zest.engines._step_plan import (
     Prefilling,
+    QueuePause,
     RecentPriority,
     StepCost,
     prefill_chunks,
@@ -107,6 +108,10 @@ class BatchScheduler:
         self.first_token_steps: dict[str, int] = {}
         self._cost = StepCost()  # sizes the yielding prompts' chunk (engines/_step_plan.py)
         self._recent = RecentPriority()  # ...and who they yield to
+        self._pause = QueuePause()  # ...and when they pause for requests waiting for a slot
+        # The highest priority the runner holds back for want of a slot (set from the event
+        # loop: Runner -> Engine.note_queued; one attribute, read once a step).
+        self.queued_priority: int | None = None
         self._outbox = Outbox()  # a step's deltas reach the event loop in one wake-up
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
         self._thread.start()
@@ -229,11 +234,17 @@ class BatchScheduler:
         ]
         # The highest priority present or expected soon: at least every decoding sequence's.
         expected = self._recent.note(s.task.job.priority for s in self._active)
+        with self._cond:
+            started = [t.job.priority for t in self._incoming]
+        held = self.queued_priority
+        queued = max([*started, *([] if held is None else [held])], default=None)
+        below = queued is not None and any(p.priority < queued for p in waiting)
+        share = yield_tokens(self._cost.ms_per_row, used)
         chunks = prefill_chunks(
             waiting,
             budget=self._ctx.settings.n_batch - used,
-            others=() if expected is None else (expected,),
-            yield_chunk=yield_tokens(self._cost.ms_per_row, used),
+            others=[p for p in (expected, queued) if p is not None],
+            yield_chunk=self._pause.share(share, queued_above=below),
         )
         return [(prefilling[seq], tokens) for seq, tokens in chunks]
 

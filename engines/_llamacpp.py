@@ -343,6 +343,10 @@ class LlamaCppEngine(Engine):
     def tokenizer(self) -> LlamaCppTokenizer | None:
         return self._tokenizer
 
+    def note_queued(self, priority: int | None) -> None:
+        if isinstance(self._runner, BatchScheduler):
+            self._runner.queued_priority = priority
+
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         tokenizer = self._loaded_tokenizer()
         if self._runner is None:

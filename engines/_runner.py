@@ -83,3 +83,4 @@ class Runner:
     def _admit(self) -> None:
         while (waiter := self._queue.take()) is not None:
             waiter.admitted.set_result(None)
+        self.engine.note_queued(self._queue.highest_waiting())

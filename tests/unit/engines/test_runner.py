@@ -34,6 +34,10 @@ class HeldEngine(Engine):
     def __init__(self) -> None:
         self.started: list[str] = []
         self.release = asyncio.Event()
+        self.queued: list[int | None] = []  # what the runner told it waits for a slot
+
+    def note_queued(self, priority: int | None) -> None:
+        self.queued.append(priority)
 
     def load(self) -> EngineInfo:
         return self.info()
@@ -139,3 +143,20 @@ async def test_a_requests_choices_are_admitted_together_or_refused_past_the_slot
     engine.release.set()
     await asyncio.gather(blocker, *choices)
     assert sorted(engine.started[1:]) == ["c0", "c1"]
+
+
+@sync
+async def test_the_engine_is_told_the_highest_priority_waiting_for_a_slot() -> None:
+    """A batching engine pauses lower prompts' prefill while a higher request waits for a slot
+    (engines/_step_plan.py QueuePause): the runner tells it, and tells it when none waits."""
+    engine = HeldEngine()
+    runner = Runner(engine, Admission(slots=1, max_queue=4))
+    tasks = [asyncio.ensure_future(run(runner, job("low", 0)))]
+    await settle()
+    tasks += [asyncio.ensure_future(run(runner, job(n, p))) for n, p in [("a", 5), ("b", 50)]]
+    await settle()
+    assert engine.queued[-1] == 50
+    engine.release.set()
+    await asyncio.gather(*tasks)
+    assert engine.started == ["low", "b", "a"]
+    assert engine.queued[-1] is None

@@ -7,6 +7,7 @@ from zest.engines._step_plan import (
     MIN_YIELD,
     YIELD_CHUNK,
     Prefilling,
+    QueuePause,
     RecentPriority,
     StepCost,
     prefill_chunks,
@@ -101,3 +102,20 @@ def test_a_priority_stays_expected_for_its_hold_after_its_last_request() -> None
     # The summary then leads: it takes the step's whole budget again.
     assert prefill_chunks([Prefilling(1, 0, 1600)], budget=512, others=[0]) == [(1, 512)]
     assert prefill_chunks([Prefilling(1, 0, 1600)], budget=512, others=[50]) == [(1, YIELD_CHUNK)]
+
+
+def test_yielding_prompts_pause_while_a_higher_request_waits_for_a_slot() -> None:
+    """A queued higher-priority request pauses the yielding chunk (the step shrinks to its
+    decode rows and frees slots sooner), but the aging rule still serves it once a second."""
+    now = [0.0]
+    pause = QueuePause(aging_s=1.0, clock=lambda: now[0])
+    assert pause.share(16, queued_above=False) == 16
+    now[0] = 0.3
+    assert pause.share(16, queued_above=True) == 0
+    now[0] = 0.9
+    assert pause.share(16, queued_above=True) == 0
+    now[0] = 1.0  # a second since its last chunk: served however long the queue stays
+    assert pause.share(16, queued_above=True) == 16
+    now[0] = 1.5
+    assert pause.share(16, queued_above=True) == 0
+    assert pause.share(16, queued_above=False) == 16  # the queue drained: at once
