@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 
 import pytest
 
@@ -13,7 +14,7 @@ from tests.engines.conftest import job_for, load_smollm2
 from tests.engines.test_admission import until
 from zest.engines import Delta, Engine, GenerationJob
 from zest.engines._llama_batch import BatchScheduler
-from zest.engines._step_plan import MIN_YIELD
+from zest.engines._step_plan import MIN_YIELD, QueuePause
 from zest.router import Device, Placement
 
 CPU = Device("cpu", frozenset({"llamacpp"}), "/proc/cpuinfo")
@@ -97,3 +98,64 @@ def test_a_yielding_prompt_finishes_under_a_steady_interactive_load(
     # and the summary's prompt, yielding, took several of their steps to prefill.
     assert served >= 2, served
     assert scheduler.first_token_steps["low"] > scheduler.first_token_steps["high-0"]
+
+
+def test_a_yielding_prompt_pauses_for_queued_requests_and_still_finishes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two high-priority requests at every moment on two slots: one decodes beside the
+    summary, the other waits for a slot. The summary's prefill pauses while one waits (steps
+    of the high rows alone) but, by the aging rule, still gets its chunk every AGING_S (0.2 s
+    here), so it finishes while the load holds."""
+    monkeypatch.setattr(
+        "zest.engines._llama_batch.QueuePause", functools.partial(QueuePause, aging_s=0.2)
+    )
+    engine = load_smollm2(Placement(CPU, CPU), parallel=2, prefix_cache_entries=1)
+    scheduler = engine._runner  # type: ignore[attr-defined]
+    assert isinstance(scheduler, BatchScheduler)
+    ctx, steps = scheduler._ctx, []
+    native = ctx.decode
+
+    def decode(entries: list[tuple[int, int, int, bool]], **options: object) -> None:
+        steps.append({seq for _, _, seq, _ in entries})
+        native(entries, **options)
+
+    monkeypatch.setattr(ctx, "decode", decode)
+    # About 700 tokens: the first step (before any high request) takes 512 of them, the rest
+    # yield.
+    low = dataclasses.replace(
+        job_for(engine, f"Summarize: {ARTICLE[: len(ARTICLE) // 2]}", max_tokens=2),
+        priority=0,
+        label="low",
+    )
+
+    async def high_loop(summary: asyncio.Future[list[Delta]], name: str) -> int:
+        served = 0
+        while not summary.done():
+            high = dataclasses.replace(
+                job_for(engine, "Complete: def add(a, b):", max_tokens=8),
+                priority=50,
+                label=f"{name}-{served}",
+            )
+            await run(engine, high)
+            served += 1
+        return served
+
+    async def scenario() -> tuple[list[Delta], int]:
+        summary = asyncio.ensure_future(run(engine, low))
+        await until(lambda: scheduler.steps >= 1, "the summary's prefill began")
+        served = await asyncio.gather(high_loop(summary, "a"), high_loop(summary, "b"))
+        return await summary, sum(served)
+
+    try:
+        summary, served = asyncio.run(scenario())
+    finally:
+        asyncio.run(engine.close())
+    assert summary[-1].finish_reason is not None  # never starved
+    assert served >= 2, served
+    low_seq = 0  # it came first: the lowest free sequence
+    first = scheduler.first_token_steps["low"]
+    while_prefilling = steps[1:first]
+    paused = [seqs for seqs in while_prefilling if low_seq not in seqs]
+    assert paused, "the summary never paused for a queued request"
+    assert len(paused) < len(while_prefilling)  # and was served in between
