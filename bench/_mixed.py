@@ -171,16 +171,18 @@ def spell_figures(spells: list[Spell]) -> dict[str, Any]:
     """One spell's figures over every round: TTFT p50/p95 and the summaries' tokens/s."""
     ttfts = [t for spell in spells for t in spell.ttfts_ms]
     window = sum(spell.window_s for spell in spells)
+
+    def per_second(total: float) -> float:
+        return total / window if window else 0.0
+
     prompts = [n for spell in spells for n in spell.summary_prompt_tokens]
     return {
         "requests": len(ttfts),
         "ttft_p50_ms": percentile(ttfts, 50),
         "ttft_p95_ms": percentile(ttfts, 95),
-        "summary_tps": sum(spell.summary_tokens for spell in spells) / window if window else 0.0,
-        "summary_work_tps": sum(s.summary_work for s in spells) / window if window else 0.0,
-        "autocomplete_work_tps": (
-            sum(s.autocomplete_work for s in spells) / window if window else 0.0
-        ),
+        "summary_tps": per_second(sum(spell.summary_tokens for spell in spells)),
+        "summary_work_tps": per_second(sum(spell.summary_work for spell in spells)),
+        "autocomplete_work_tps": per_second(sum(spell.autocomplete_work for spell in spells)),
         "summaries": sum(spell.summaries for spell in spells),
         "summary_prompt_tokens": sorted(prompts)[len(prompts) // 2] if prompts else None,
     }
