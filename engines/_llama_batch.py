@@ -234,16 +234,20 @@ class BatchScheduler:
         ]
         # The highest priority present or expected soon: at least every decoding sequence's.
         expected = self._recent.note(s.task.job.priority for s in self._active)
+        # Waiting for a slot: behind the runner (its queue), or here while a slot is freed.
         with self._cond:
-            started = [t.job.priority for t in self._incoming]
-        held = self.queued_priority
-        queued = max([*started, *([] if held is None else [held])], default=None)
-        below = queued is not None and any(p.priority < queued for p in waiting)
+            queued = [t.job.priority for t in self._incoming]
+        if self.queued_priority is not None:
+            queued.append(self.queued_priority)
+        top = max(queued, default=None)
+        # Only beside decode rows: a step of paused prompts alone would be empty (llama_decode
+        # fails on no tokens, and every request in the batch with it), and frees no slot.
+        below = used > 0 and top is not None and any(p.priority < top for p in waiting)
         share = yield_tokens(self._cost.ms_per_row, used)
         chunks = prefill_chunks(
             waiting,
             budget=self._ctx.settings.n_batch - used,
-            others=[p for p in (expected, queued) if p is not None],
+            others=[p for p in (expected, top) if p is not None],
             yield_chunk=self._pause.share(share, queued_above=below),
         )
         return [(prefilling[seq], tokens) for seq, tokens in chunks]

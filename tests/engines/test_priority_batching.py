@@ -13,7 +13,9 @@ import pytest
 from tests.engines.conftest import job_for, load_smollm2
 from tests.engines.test_admission import until
 from zest.engines import Delta, Engine, GenerationJob
+from zest.engines._admission import Admission
 from zest.engines._llama_batch import BatchScheduler
+from zest.engines._runner import Runner
 from zest.engines._step_plan import MIN_YIELD, QueuePause
 from zest.router import Device, Placement
 
@@ -25,8 +27,29 @@ ARTICLE = " ".join(
 )  # about 1,400 tokens: three full steps of n_batch 512
 
 
-async def run(engine: Engine, job: GenerationJob) -> list[Delta]:
+async def run(engine: Engine | Runner, job: GenerationJob) -> list[Delta]:
     return [delta async for delta in engine.stream(job)]
+
+
+async def complete_while(
+    engine: Engine,
+    summary: asyncio.Future[list[Delta]],
+    name: str = "high",
+    *,
+    via: Runner | None = None,
+) -> int:
+    """High-priority completions back to back until `summary` is done, sent to `engine` (or
+    `via` its runner); how many were served (labelled name-0, name-1, ...)."""
+    served = 0
+    while not summary.done():
+        high = dataclasses.replace(
+            job_for(engine, "Complete: def add(a, b):", max_tokens=8),
+            priority=50,
+            label=f"{name}-{served}",
+        )
+        await run(via or engine, high)
+        served += 1
+    return served
 
 
 def test_a_high_priority_first_token_comes_before_a_low_priority_prefill_ends() -> None:
@@ -78,15 +101,7 @@ def test_a_yielding_prompt_finishes_under_a_steady_interactive_load(
 
     async def scenario() -> tuple[list[Delta], int]:
         summary = asyncio.ensure_future(run(engine, low))
-        served = 0
-        while not summary.done():  # one high-priority request in flight at every moment
-            high = dataclasses.replace(
-                job_for(engine, "Complete: def add(a, b):", max_tokens=8),
-                priority=50,
-                label=f"high-{served}",
-            )
-            await run(engine, high)
-            served += 1
+        served = await complete_while(engine, summary)  # one in flight at every moment
         return await summary, served
 
     try:
@@ -129,22 +144,15 @@ def test_a_yielding_prompt_pauses_for_queued_requests_and_still_finishes(
         label="low",
     )
 
-    async def high_loop(summary: asyncio.Future[list[Delta]], name: str) -> int:
-        served = 0
-        while not summary.done():
-            high = dataclasses.replace(
-                job_for(engine, "Complete: def add(a, b):", max_tokens=8),
-                priority=50,
-                label=f"{name}-{served}",
-            )
-            await run(engine, high)
-            served += 1
-        return served
+    # Behind the runner, as the gateway serves it: the one waiting for a slot waits in its
+    # queue, which the runner tells the engine of (Engine.note_queued).
+    runner = Runner(engine, Admission(slots=2, max_queue=8))
 
     async def scenario() -> tuple[list[Delta], int]:
-        summary = asyncio.ensure_future(run(engine, low))
+        summary = asyncio.ensure_future(run(runner, low))
         await until(lambda: scheduler.steps >= 1, "the summary's prefill began")
-        served = await asyncio.gather(high_loop(summary, "a"), high_loop(summary, "b"))
+        loops = (complete_while(engine, summary, name, via=runner) for name in ("a", "b"))
+        served = await asyncio.gather(*loops)
         return await summary, sum(served)
 
     try:
