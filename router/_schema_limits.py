@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator
 
 from zest.errors import shown
+from zest.router._schema_keywords import check_keywords
 
 __all__ = ["SCHEMA_LIMITS", "BoundedJsonSchema", "SchemaLimits", "check_json_schema"]
 
@@ -52,7 +53,7 @@ def check_json_schema(schema: Any, limits: SchemaLimits = SCHEMA_LIMITS) -> None
     """Raise ValueError naming the keyword, where it is, and the limit or contradiction."""
     if not isinstance(schema, Mapping):
         raise ValueError(f"a JSON Schema is an object, got {shown(schema)}")
-    _Walk(limits).node(schema, ())
+    _Walk(limits, schema).node(schema, ())
 
 
 def _bounded(schema: dict[str, Any]) -> dict[str, Any]:
@@ -67,6 +68,7 @@ BoundedJsonSchema = Annotated[dict[str, Any], AfterValidator(_bounded)]
 @dataclass
 class _Walk:
     limits: SchemaLimits
+    root: Mapping[str, Any]
     subschemas: int = 0
     enum_values: int = 0
     enum_bytes: int = 0
@@ -88,6 +90,7 @@ class _Walk:
         _check_satisfiable(schema, path)
         if isinstance(pattern := schema.get("pattern"), str):
             _check_pattern(pattern, (*path, "pattern"), self.limits)
+        check_keywords(schema, path, self.root)
         for child, where in _children(schema, path):
             self.node(child, where, depth + 1)
 
