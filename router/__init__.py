@@ -51,6 +51,7 @@ from zest.router._schema_limits import (
     BoundedJsonSchema,
     check_json_schema,
 )
+from zest.router._schema_refs import relocated
 
 __all__ = [
     "ENGINE_MODELS",
@@ -100,6 +101,7 @@ __all__ = [
     "parse_seconds",
     "phrases_of",
     "plan_route",
+    "relocated",
     "rule_warnings",
     "rules_summary",
     "tightened",
