@@ -137,8 +137,8 @@ def test_a_mismatch_exits_1_with_the_table_and_the_trace(tmp_path: Path) -> None
         "",
         "wrong: rule, route, outputs differ; trace:",
         '  {"condition": "metadata: {\\"key\\": \\"consent\\", \\"any\\": [\\"denied\\", '
-        '\\"withdrawn\\"]}", "result": false}',
-        '  {"condition": "keywords_any: [\\"def \\"]", "result": true}',
+        '\\"withdrawn\\"]}", "kind": "metadata", "result": false}',
+        '  {"condition": "keywords_any: [\\"def \\"]", "kind": "keywords_any", "result": true}',
         "",
         "1 passed, 1 failed",
     ]
@@ -205,7 +205,7 @@ def test_explain_a_request_shows_its_decision_then_the_chosen_routes_plan(tmp_pa
         "decision: task chat -> route chat-coder, rule code",
         '  metadata: {"key": "consent", "any": ["denied", "withdrawn"]}: false',
         '  keywords_any: ["def "]: false',
-        '  regex: "\\\\bError\\\\b": true',
+        "  regex: '\\bError\\b': true",  # as the file writes it
     ]
     assert lines[4].startswith("task chat-coder: chat route, model junk (llamacpp)")
     assert lines[-2].startswith("attempt 1: junk on cpu: ")
