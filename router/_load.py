@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from zest.errors import ConfigError
@@ -354,7 +355,10 @@ def _describe(err: ErrorDetails, loc: tuple[int | str, ...], raw: tuple[int | st
 
 
 def _unknown_key_message(key: str, model: type[BaseModel] | None) -> str:
-    allowed = sorted(model.model_fields) if model else []
+    """The key's closest allowed name and the list of them, as the file spells them (a
+    field's alias: `not`, never the attribute `not_`)."""
+    fields = model.model_fields.items() if model else ()
+    allowed = sorted(field.alias or name for name, field in fields)
     message = f"unknown key {key!r}"
     close = difflib.get_close_matches(key, allowed, n=1)
     if close:
@@ -371,7 +375,7 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     while parts:
         part = parts.pop(0)
         if isinstance(current, type) and issubclass(current, BaseModel):
-            field = current.model_fields.get(str(part))
+            field = _field_named(current, str(part))
             current = _unwrap(field.annotation) if field else None
         elif typing.get_origin(current) in (tuple, list):  # the part is an index
             current = _unwrap(typing.get_args(current)[0])
@@ -382,6 +386,14 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
         else:
             return None
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _field_named(model: type[BaseModel], name: str) -> FieldInfo | None:
+    """The field a key of the file names: by its alias (`not`) or its name."""
+    for attribute, info in model.model_fields.items():
+        if name in (info.alias, attribute):
+            return info
+    return None
 
 
 def _unwrap(annotation: Any) -> Any:

@@ -21,12 +21,15 @@ __all__ = [
 ]
 
 
-def tightened(target: RouteConfig, caller: RouteConfig) -> RouteConfig:
+def tightened(target: RouteConfig, caller: RouteConfig, caller_task: str = "") -> RouteConfig:
     """`target` with the stricter of the two privacies: privacy only tightens along a rule (or
     a condition's route), so a local_only request moved to a route with a remote fallback
-    runs without that fallback."""
+    runs without that fallback. The copy names the caller (`caller_task`), which its plan
+    gives as the reason a remote attempt is left out."""
     if caller.privacy == "local_only" and target.privacy != "local_only":
-        return target.model_copy(update={"privacy": "local_only"})
+        kept = target.model_copy(update={"privacy": "local_only"})
+        kept._privacy_kept_from = caller_task
+        return kept
     return target
 
 
@@ -81,22 +84,32 @@ def rule_warnings(config: RoutesFile) -> list[str]:
                     "local_only: requests it sends there keep local_only, so those attempts "
                     "are skipped for them"
                 )
-            if rule.when.has_images and not _reads_images(config, target, route):
-                warnings.append(
-                    f"{at}: route {rule.to!r} has no remote model {task!r} may reach, and "
-                    "zest's own engines read no images: every request this rule sends there "
-                    "(has_images) is refused (400)"
-                )
+            if rule.when.has_images:
+                warnings += _image_warnings(config, task, route, rule.to, at)
     return warnings
 
 
-def _reads_images(config: RoutesFile, target: RouteConfig, caller: RouteConfig) -> bool:
-    """Whether a request with images may reach a remote model (the only kind that reads them)
-    through `target`: one of its models is remote, and both routes allow remote attempts."""
-    if "local_only" in (target.privacy, caller.privacy):
-        return False
+def _image_warnings(
+    config: RoutesFile, task: str, caller: RouteConfig, to: str, at: str
+) -> list[str]:
+    """A rule that sends images where no remote model (the only kind that reads them) may
+    serve them, with the status the server answers: 400 when the target has none (every
+    attempt lacks the capability), 503 when it has one that privacy leaves out (an attempt
+    that could serve, left out: no attempt remains)."""
+    target = config.routes[to]
     models = [target.model, *(entry.model for entry in target.fallback)]
-    return any(config.models[model].engine == REMOTE_ENGINE for model in models)
+    if not any(config.models[model].engine == REMOTE_ENGINE for model in models):
+        return [
+            f"{at}: route {to!r} has no remote model, and zest's own engines read no images: "
+            "every request this rule sends there (has_images) is refused (400)"
+        ]
+    if "local_only" in (target.privacy, caller.privacy):
+        return [
+            f"{at}: the remote model of route {to!r} is left out for the requests {task!r} "
+            "sends (local_only), and zest's own engines read no images: every request this "
+            "rule sends there (has_images) is answered 503 (no attempt left to serve it)"
+        ]
+    return []
 
 
 def _target_problems(

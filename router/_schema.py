@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictBool,
     ValidationInfo,
     field_validator,
@@ -513,6 +514,13 @@ class RouteConfig(_Strict):
     rules: tuple[Rule, ...] = ()
     # similar_to's labels: reference phrases per label (over the file's, for this route).
     phrases: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    # Never in the file: on a copy whose privacy a local_only caller tightened (router's
+    # `tightened`), that caller's name ("" when not known), so a plan says why it is local_only.
+    _privacy_kept_from: str | None = PrivateAttr(default=None)
+
+    @property
+    def privacy_kept_from(self) -> str | None:
+        return self._privacy_kept_from
 
     @field_validator("device")
     @classmethod

@@ -141,7 +141,7 @@ async def route_by_content(
     if outcome.route_to == task:
         return Routed(task, route, outcome)
     target = routes.config.routes[outcome.route_to]
-    return Routed(outcome.route_to, tightened(target, route), outcome)
+    return Routed(outcome.route_to, tightened(target, route, task), outcome)
 
 
 # Told of each model-backed evaluation: its kind (similar_to, classify), its seconds (0.0 when

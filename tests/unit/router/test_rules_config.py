@@ -145,11 +145,12 @@ def test_an_image_rule_whose_target_cannot_read_images_is_warned_of() -> None:
     rules: [{id: remote, when: {has_images: true}, to: chat-up}]
 """
     warnings = rule_warnings(parse_routes(HEAD + chat, "routes.yaml"))
+    # As the server answers: no attempt that can read images, 400; one privacy leaves out, 503.
     assert [w for w in warnings if "(has_images)" in w] == [
-        "routes.chat.rules.0.to: route 'chat-local' has no remote model 'chat' may reach, and "
-        "zest's own engines read no images: every request this rule sends there (has_images) "
-        "is refused (400)",
-        "routes.private.rules.0.to: route 'chat-up' has no remote model 'private' may reach, "
-        "and zest's own engines read no images: every request this rule sends there "
-        "(has_images) is refused (400)",
+        "routes.chat.rules.0.to: route 'chat-local' has no remote model, and zest's own engines "
+        "read no images: every request this rule sends there (has_images) is refused (400)",
+        "routes.private.rules.0.to: the remote model of route 'chat-up' is left out for the "
+        "requests 'private' sends (local_only), and zest's own engines read no images: every "
+        "request this rule sends there (has_images) is answered 503 (no attempt left to serve "
+        "it)",
     ]
