@@ -6,7 +6,7 @@ similar_to label has phrases. Problems refuse the file (file, key path, fix); wa
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Sequence
 
 from zest.router._rules import Classify, Condition, Rule, SimilarTo
 from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
@@ -14,6 +14,7 @@ from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 __all__ = [
     "file_phrase_problems",
     "phrases_of",
+    "rule_name_problems",
     "rule_problems",
     "rule_warnings",
     "tightened",
@@ -63,6 +64,36 @@ def rule_problems(config: RoutesFile, task: str, route: RouteConfig) -> list[str
         for condition, path in walk_conditions(rule.when, f"{at}.when"):
             problems += _condition_problems(config, route, condition, path)
     return problems
+
+
+def rule_name_problems(
+    task: str, rules: Sequence[Rule], numbers: Sequence[int], routes: Collection[str]
+) -> list[str]:
+    """The routes `rules` (the file's rules `numbers` of `task`) name that are not among
+    `routes`: what of them is checked when their route has schema errors."""
+    problems = []
+    for number, rule in zip(numbers, rules, strict=True):
+        at = f"routes.{task}.rules.{number}"
+        if rule.to not in routes:
+            problems.append(f"{at}.to: unknown route {rule.to!r}{_did_you_mean(rule.to, routes)}")
+        for condition, path in walk_conditions(rule.when, f"{at}.when"):
+            for key, name in _routes_named(condition):
+                if name not in routes:
+                    problems.append(
+                        f"{path}.{key}: unknown route {name!r}{_did_you_mean(name, routes)}"
+                    )
+    return problems
+
+
+def _routes_named(condition: Condition) -> list[tuple[str, str]]:
+    """(key, route) for each route one condition names itself."""
+    named = []
+    if condition.queued_over is not None:
+        named.append(("queued_over.route", condition.queued_over.route))
+    for kind in ("similar_to", "classify"):
+        if (via := getattr(condition, kind)) is not None:
+            named.append((f"{kind}.via", via.via))
+    return named
 
 
 def rule_warnings(config: RoutesFile) -> list[str]:
@@ -188,7 +219,7 @@ def _phrase_problems(where: str, table: dict[str, tuple[str, ...]]) -> list[str]
     ]
 
 
-def _did_you_mean(name: str, known: Mapping[str, object]) -> str:
+def _did_you_mean(name: str, known: Collection[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=1)
     if close:
         return f": did you mean {close[0]!r}?"
