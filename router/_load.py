@@ -148,7 +148,11 @@ def _checked(text: str, filename: str) -> _Checked:
         task: name_problems(task, salvaged, _declared(data, "models"), _declared(data, "routes"))
         for task, salvaged in broken.items()
     }
-    needed = frozenset(s.route.model for s in broken.values() if not s.route.fallback)
+    needed = frozenset(
+        s.route.model
+        for s in broken.values()
+        if not s.route.fallback or s.route.on_failure == "return_error"
+    )
     if parts is None:
         found = [problem for problems in names.values() for problem in problems]
         return _Checked(None, schema + [f"{filename}: {problem}" for problem in found])
@@ -425,7 +429,7 @@ def _unknown_key_message(key: str, model: type[BaseModel] | None) -> str:
     """The key's closest allowed name and the list of them, as the file spells them (a
     field's alias: `not`, never the attribute `not_`)."""
     fields = model.model_fields.items() if model else ()
-    allowed = sorted(field.alias or name for name, field in fields)
+    allowed = sorted(info.alias or name for name, info in fields)
     message = f"unknown key {key!r}"
     close = difflib.get_close_matches(key, allowed, n=1)
     if close:

@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import difflib
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,7 +125,7 @@ def add_route_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     test.add_argument("--trace", action="store_true", help="print every case's trace")
     test.add_argument(
         "--condition-budget",
-        type=float,
+        type=_seconds,
         default=CONDITION_BUDGET_S,
         metavar="SECONDS",
         help="how long each model-backed condition may take, its model's load included "
@@ -132,6 +133,16 @@ def add_route_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "timeout_s)",
     )
     test.set_defaults(func=_route_test)
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds above 0")
+    return seconds
 
 
 def _route_test(args: argparse.Namespace) -> int:

@@ -552,7 +552,7 @@ def test_a_reload_with_bad_rules_keeps_the_last_good_table(
     ]
     [message] = errors[1]
     assert message.startswith(
-        f"{routes}: routes.chat.rules.1.when.regex: regex '(a)\\\\1' is not one RE2 runs ("
+        f"{routes}: routes.chat.rules.1.when.regex: regex '(a)\\1' is not one RE2 runs ("
     )
     assert message.endswith("so backreferences and lookarounds are out; rewrite it without them")
     request = {
