@@ -4,6 +4,15 @@ Pure apart from reading the file: no engines, no network.
 """
 
 from zest.router._capabilities import Capabilities, Needs
+from zest.router._clients import (
+    ALL_TASKS,
+    RESERVED_CLIENT_NAMES,
+    ClientConfig,
+    ClientKeys,
+    ClientLimits,
+    key_digest,
+    resolve_client_keys,
+)
 from zest.router._decide import (
     Decision,
     ModelResult,
@@ -12,6 +21,7 @@ from zest.router._decide import (
     ascii_fold,
     decide,
 )
+from zest.router._floor import route_for_client
 from zest.router._load import LoadedRoutes, check_routes, load_routes, parse_routes
 from zest.router._placement import (
     REMOTE_DEVICE,
@@ -36,6 +46,7 @@ from zest.router._schema import (
     OnnxGenaiModel,
     OnnxGenaiOptions,
     RemoteModel,
+    ResponseCache,
     ResponseFormat,
     RouteConfig,
     RoutesFile,
@@ -53,14 +64,19 @@ from zest.router._schema_limits import (
 )
 
 __all__ = [
+    "ALL_TASKS",
     "ENGINE_MODELS",
     "REMOTE_DEVICE",
+    "RESERVED_CLIENT_NAMES",
     "SCHEMA_LIMITS",
     "STRICT_REASON",
     "Attempt",
     "BoundedJsonSchema",
     "Capabilities",
     "Classify",
+    "ClientConfig",
+    "ClientKeys",
+    "ClientLimits",
     "Condition",
     "Decision",
     "Device",
@@ -77,6 +93,7 @@ __all__ = [
     "Placement",
     "Plan",
     "RemoteModel",
+    "ResponseCache",
     "ResponseFormat",
     "RouteConfig",
     "RouteInput",
@@ -93,6 +110,7 @@ __all__ = [
     "decide",
     "find_route",
     "format_duration",
+    "key_digest",
     "kind_of",
     "load_routes",
     "parse_device",
@@ -100,6 +118,8 @@ __all__ = [
     "parse_seconds",
     "phrases_of",
     "plan_route",
+    "resolve_client_keys",
+    "route_for_client",
     "rule_warnings",
     "rules_summary",
     "tightened",

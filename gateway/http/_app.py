@@ -37,6 +37,7 @@ from zest.gateway.http._answers import (
 )
 from zest.gateway.http._auth import PUBLIC_PATHS
 from zest.gateway.http._body import IGNORED, JsonBodyPlugin, read_empty_body
+from zest.gateway.http._callers import ClientDirectory, caller_of
 from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
@@ -117,7 +118,14 @@ async def _respond(
     gens = await _unless_disconnected(
         request,
         start_choices(
-            runtime, name, kind=kind, body=body, request_id=request_id, events=record, **inputs
+            runtime,
+            name,
+            kind=kind,
+            body=body,
+            request_id=request_id,
+            events=record,
+            caller=caller_of(request),
+            **inputs,
         ),
     )
     gen = gens[0]  # what served the first choice is what the headers show
@@ -252,7 +260,9 @@ async def task_endpoint(
                 f"task {task!r} is an embedding route: send 'input' (or 'prompt'), not messages",
                 param="messages",
             )
-        done = await embed_inputs(runtime, task, [data.text() or ""], events=record)
+        done = await embed_inputs(
+            runtime, task, [data.text() or ""], events=record, caller=caller_of(request)
+        )
         return _embedding_response(request, done, task, "float", record)
     kind: Kind = route.kind if route and route.kind != "embedding" else "chat"
     if data.messages is not None:
@@ -302,6 +312,7 @@ async def responses(
             tools=data.tool_use(),
             events=record,
             routing=data.routing_inputs(),
+            caller=caller_of(request),
         ),
     )
     _metadata_read(request, gen)
@@ -325,7 +336,8 @@ async def embeddings(
 ) -> Response[Any]:
     """OpenAI embeddings; `model` names a task of kind embedding."""
     done = await _unless_disconnected(
-        request, embed_inputs(runtime, data.model, data.inputs(), events=record)
+        request,
+        embed_inputs(runtime, data.model, data.inputs(), events=record, caller=caller_of(request)),
     )
     return _embedding_response(request, done, data.model, data.encoding_format, record)
 
@@ -558,6 +570,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
     settings = settings or Settings()
     runtime.apply(settings)
     security = HttpSecurity.from_settings(settings)
+    directory = ClientDirectory(runtime)  # the named clients' keys, per routes table
     reloader = Reloader(runtime, watch=settings.watch)
     handlers = [
         *OPS_HANDLERS,
@@ -625,7 +638,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         state=State({METRICS: metrics}),
         lifespan=[lifespan],
         before_send=[replica_header(settings.replica())],
-        guards=[_drain_guard(runtime), *security.guards],
+        guards=[_drain_guard(runtime), *security.guards_with(directory.current)],
         cors_config=security.cors,
         request_max_body_size=security.max_body_bytes,
         openapi_config=openapi_config(),

@@ -141,6 +141,7 @@ async def ready(runtime: Runtime) -> Response[Any]:
         "ready": readiness.ready,
         "unservable_routes": readiness.unservable,
         "unservable_by_privacy": readiness.forbidden,
+        "limits_store": readiness.limits_store,
         "models": describe_loaded(runtime),
         "loading": [model for model, _, _ in runtime.pool.loading()],
         "preload_errors": runtime.preload_errors,

@@ -46,7 +46,9 @@ def route_headers(gen: Generation) -> dict[str, str]:
     stats = gen.final_stats or gen.first.stats
     if stats is not None:
         headers["x-zest-pipeline"] = pipeline_header(stats)
-    return headers
+    if gen.cache is not None:  # the route keeps answers: was this one kept?
+        headers["x-zest-cache"] = gen.cache
+    return {**headers, **gen.headers}  # the caller's own (x-ratelimit-*)
 
 
 def zest_extension(gen: Generation) -> dict[str, Any]:
@@ -350,7 +352,8 @@ async def sse_events(
 
 def embedding_headers(done: Embedded) -> dict[str, str]:
     """What served an embedding request (the same headers as a generation's)."""
-    return served_headers(done.plan.task, done.info, done.attempt.reason, done.fallbacks)
+    served = served_headers(done.plan.task, done.info, done.attempt.reason, done.fallbacks)
+    return {**served, **done.headers}
 
 
 def served_headers(

@@ -1,6 +1,7 @@
 """What serves a request apart from HTTP: the runtime (routes in force, inventory, engine
 pool), a request's walk through its plan, explain, hot reload, timeouts and settings."""
 
+from zest.gateway.serving._clients import ADMIN, ANONYMOUS, Caller, ClientGate, format_reset
 from zest.gateway.serving._decision import (
     ExplainRequest,
     decide_request,
@@ -48,9 +49,13 @@ from zest.gateway.serving._tools import (
 )
 
 __all__ = [
+    "ADMIN",
+    "ANONYMOUS",
     "IGNORED_FIELDS",
+    "Caller",
     "ChatMessage",
     "ChatRequest",
+    "ClientGate",
     "CompletionRequest",
     "Drain",
     "Embedded",
@@ -74,6 +79,7 @@ __all__ = [
     "explain_request",
     "explain_task",
     "format_explanation",
+    "format_reset",
     "preflight",
     "route_request",
     "start_choices",

@@ -29,6 +29,8 @@ from zest.engines import (
 )
 from zest.errors import BadRequestError, ContextLengthExceededError, RequestError
 from zest.gateway.serving._attempts import give_up_or_record
+from zest.gateway.serving._clients import Caller
+from zest.gateway.serving._door import Door, open_door
 from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._requests import ChatMessage, SamplingFields
@@ -54,6 +56,7 @@ from zest.router import (
     ResponseFormat,
     RouteConfig,
     find_route,
+    route_for_client,
     tightened,
 )
 
@@ -101,6 +104,11 @@ class Generation:
     decision: Decision | None = None
     trace: bool = False
     ruled: bool = False  # the task has rules (they read the request's metadata)
+    # The route's response cache: "hit" (this answer is a kept one, no engine ran), "miss"
+    # (it may be kept), None (no cache, or the answer is not determined).
+    cache: Literal["hit", "miss"] | None = None
+    # Headers the answer carries for its caller (the client's x-ratelimit-*).
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def approximate(self) -> bool:
@@ -168,18 +176,55 @@ async def start_choices(
     body: SamplingFields,
     request_id: str,
     events: RequestEvents | None = None,
+    caller: Caller | None = None,
     **inputs: Any,
 ) -> list[Generation]:
     """The request's n generations, started together; choice i samples with seed + i when a
     seed is given, and `events` follow the first. A choice failing before its first token, or
-    the caller giving up (the client left), stops every other choice, started or not."""
+    the caller giving up (the client left), stops every other choice, started or not.
+    `caller`: who sends it (every front door says; None: zest itself, a routing condition):
+    admitted once for every choice, and answered from the route's cache when it can be."""
+    door = None
+    if caller is not None:
+        door = await open_door(runtime, caller, name, kind=kind, body=body, inputs=inputs)
+        if door.kept is not None:
+            return door.replayed(name, events)
+    try:
+        return await _start_choices(
+            runtime,
+            name,
+            kind=kind,
+            body=body,
+            request_id=request_id,
+            events=events,
+            door=door,
+            inputs=inputs,
+        )
+    except BaseException:
+        if door is not None:
+            door.abandon()
+        raise
+
+
+async def _start_choices(
+    runtime: Runtime,
+    name: str,
+    *,
+    kind: Kind,
+    body: SamplingFields,
+    request_id: str,
+    events: RequestEvents | None,
+    door: Door | None,
+    inputs: dict[str, Any],
+) -> list[Generation]:
     bodies = [
         body if i == 0 or body.seed is None else body.model_copy(update={"seed": body.seed + i})
         for i in range(body.n)
     ]
     group = ChoiceGroup(body.n) if body.n > 1 else None  # admitted to the model's slots together
+    caller = door.caller if door is not None else None
     if "routed" not in inputs:  # routed once: every choice is served by the same route
-        inputs["routed"] = await route_request(runtime, name, kind, body, inputs)
+        inputs["routed"] = await route_request(runtime, name, kind, body, inputs, caller=caller)
     starts = [
         asyncio.ensure_future(
             start_generation(
@@ -190,6 +235,9 @@ async def start_choices(
                 request_id=request_id if i == 0 else f"{request_id}-{i}",
                 events=events if i == 0 else None,
                 group=group,
+                caller=caller,
+                door=door,
+                choice=i,
                 **inputs,
             )
         )
@@ -241,19 +289,74 @@ async def start_generation(
     routed: Routed | None = None,
     routing: RouteInputs | None = None,
     privacy_of: RouteConfig | None = None,
+    caller: Caller | None = None,
+    door: Door | None = None,
+    choice: int = 0,
 ) -> Generation:
     """`routed`: the route chosen by the task's rules (None: decided here, `routing` being
     what the rules read, else the messages' or prompt's text); `privacy_of`: the route whose
-    text this is (a routing condition's request): privacy only tightens."""
+    text this is (a routing condition's request): privacy only tightens. `caller`: who sends
+    it (every front door says; None: zest itself): admitted here unless `door` (start_choices')
+    did, held to its privacy floor, its priority moved by its offset."""
+    inputs: dict[str, Any] = {"messages": messages, "prompt": prompt, "suffix": suffix}
+    inputs.update(tools=tools, routing=routing)
+    own_door = caller is not None and door is None
+    if own_door:
+        assert caller is not None
+        door = await open_door(runtime, caller, name, kind=kind, body=body, inputs=inputs)
+        if door.kept is not None:
+            return door.replayed(name, events)[0]
+    if door is not None:
+        events = door.observer(events, choice)
+    try:
+        gen = await _start_generation(
+            runtime,
+            name,
+            kind=kind,
+            body=body,
+            request_id=request_id,
+            inputs=inputs,
+            events=events,
+            group=group,
+            routed=routed,
+            privacy_of=privacy_of,
+            caller=caller,
+        )
+    except BaseException:
+        if own_door and door is not None:
+            door.abandon()
+        raise
+    if door is not None:
+        gen.cache, gen.headers = door.cache, door.ticket.headers
+    return gen
+
+
+async def _start_generation(
+    runtime: Runtime,
+    name: str,
+    *,
+    kind: Kind,
+    body: SamplingFields,
+    request_id: str,
+    inputs: dict[str, Any],
+    events: RequestEvents | None,
+    group: ChoiceGroup | None,
+    routed: Routed | None,
+    privacy_of: RouteConfig | None,
+    caller: Caller | None,
+) -> Generation:
+    messages, prompt, tools = inputs["messages"], inputs["prompt"], inputs["tools"]
+    suffix = inputs["suffix"]
     events = events or RequestEvents()
     events.task_named(name)
     routes = runtime.routes  # this request's table, to its end, whatever a reload does
     if routed is None:
-        inputs = {"messages": messages, "prompt": prompt, "tools": tools, "routing": routing}
-        routed = await route_request(runtime, name, kind, body, inputs)
+        routed = await route_request(runtime, name, kind, body, inputs, caller=caller)
     if routed.ruled and routed.decision is not None:  # before anything may refuse the request
         events.routed(name, routed.decision.rule_label)
     name, route = routed.task, routed.route
+    if caller is not None:  # the client's floor and priority, whatever route serves it
+        route = route_for_client(route, caller.name, caller.client)
     if privacy_of is not None:
         route = tightened(route, privacy_of)
     with _decision_told(routed, trace=bool(body.route_trace)):
@@ -303,11 +406,20 @@ def decision_object(task: str, decision: Decision, *, trace: bool) -> dict[str, 
 
 
 async def route_request(
-    runtime: Runtime, name: str, kind: Kind, body: SamplingFields, inputs: dict[str, Any]
+    runtime: Runtime,
+    name: str,
+    kind: Kind,
+    body: SamplingFields,
+    inputs: dict[str, Any],
+    *,
+    caller: Caller | None = None,
 ) -> Routed:
-    """The route that serves this request: the task's own, or the one its rules choose."""
+    """The route that serves this request: the task's own, or the one its rules choose (the
+    caller's privacy floor binds the rules' model-backed conditions too)."""
     routes = runtime.routes
     route = find_route(name, kind, routes.config)
+    if caller is not None:
+        route = route_for_client(route, caller.name, caller.client, priority=False)
     if not route.rules:
         return Routed(name, route, Decision(name, None), ruled=False)
     messages, prompt = inputs.get("messages"), inputs.get("prompt")

@@ -21,6 +21,7 @@ what the rest of a replica serves.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -33,6 +34,7 @@ from zest.router import (
     ModelConfig,
     RemoteModel,
     RouteConfig,
+    resolve_client_keys,
     rule_warnings,
 )
 
@@ -57,13 +59,19 @@ def preflight(
     *,
     pins: bool = True,
     refuse_unloadable: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> Preflight:
     """Check `routes` against its model files (blocking: run it in a thread). With `devices`
     (this machine's inventory), routes whose device is auto are checked where they would run;
     `pins=False` leaves the `sha256:` pins to the loads (nothing but headers is read).
     `refuse_unloadable` (zest check): a model a route needs alone whose data would not load is
-    a problem, not a warning."""
+    a problem, not a warning. The clients' key_env variables are read from `environ` (default:
+    this process's environment, where the server runs): one unset refuses the table."""
     facts, unreadable, problems = _inspect_models(routes)
+    _, key_problems = resolve_client_keys(
+        routes.config.clients, os.environ if environ is None else environ
+    )
+    problems += key_problems
     unloadable = _check_data(routes, facts)
     verified: dict[str, str] = {}
     if pins:

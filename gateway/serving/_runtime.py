@@ -31,6 +31,8 @@ from zest.engines import (
     verify_model,
 )
 from zest.errors import EngineError, RequestError, ServiceUnavailableError
+from zest.gateway.serving._answer_cache import AnswerCache
+from zest.gateway.serving._clients import ClientGate
 from zest.gateway.serving._drain import Drain
 from zest.gateway.serving._planning import plan_for
 from zest.gateway.serving._routing import RoutingOracle
@@ -64,10 +66,13 @@ class Readiness:
     status: str
     unservable: dict[str, str]
     forbidden: dict[str, str]
+    # Why the store of the clients' limits cannot be reached (None: it answers, or there is
+    # none). Degraded, still ready: every replica shares the store, another would do no better.
+    limits_store: str | None = None
 
     @property
     def ready(self) -> bool:
-        return self.status == "ready"
+        return self.status == "ready" or (self.status == "degraded" and not self.unservable)
 
 
 @dataclass
@@ -117,6 +122,9 @@ class Runtime:
     drain: Drain = field(default_factory=Drain)
     # The rules' model-backed results, cached (per runtime: its observers are its metrics).
     oracle: RoutingOracle = field(default_factory=RoutingOracle, repr=False, compare=False)
+    # Named clients' admission and limits, and the routes' kept answers (docs/teams.md).
+    clients: ClientGate = field(default_factory=ClientGate, repr=False, compare=False)
+    answers: AnswerCache = field(default_factory=AnswerCache, repr=False, compare=False)
     pool: EnginePool = field(init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -144,6 +152,11 @@ class Runtime:
             for entry in self.pool.loaded():
                 self._arm(entry.engine)
         use_zest_cache(settings.cache)
+        self.clients = ClientGate(
+            settings.limits_storage,
+            on_store_error=settings.limits_on_store_error,
+            timeout_s=settings.limits_store_timeout_s,
+        )
 
     async def start(self) -> None:
         """Start the warm start (in the background: liveness answers at once, readiness when
@@ -213,8 +226,9 @@ class Runtime:
         """Whether this replica should get traffic: the warm start is done and every route
         that may ever be served here can be served now."""
         unservable, forbidden = self._unservable()
-        degraded = self.state == "ready" and unservable
-        return Readiness("degraded" if degraded else self.state, unservable, forbidden)
+        store = self.clients.store_problem
+        degraded = self.state == "ready" and (unservable or store is not None)
+        return Readiness("degraded" if degraded else self.state, unservable, forbidden, store)
 
     def _unservable(self) -> tuple[dict[str, str], dict[str, str]]:
         """Routes of the table in force that nothing can serve now, with why (no device here
@@ -392,7 +406,19 @@ class Runtime:
         self.state = "stopping"
         await self.drain.run()
 
+    def loaded_digest(self, model_id: str) -> str | bool | None:
+        """The SHA-256 of a model as loaded now (None: a remote model, nothing local; False:
+        not loaded), what a kept answer is checked against."""
+        config = self.routes.config.models.get(model_id)
+        if config is not None and not config.local:
+            return None
+        for entry in self.pool.find(model_id):
+            if not entry.retired:
+                return entry.digest.sha256 if entry.digest is not None else None
+        return False
+
     async def close(self) -> None:
+        await self.clients.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -56,7 +56,7 @@ def test_check_lists_every_error_and_exits_1(tmp_path: Path) -> None:
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
         f"{bad}: routes.chat.devcie: unknown key 'devcie': did you mean 'device'? "
-        "(allowed: allow_cpu, context, description, device, examples, fallback, "
+        "(allowed: allow_cpu, cache, context, description, device, examples, fallback, "
         "hybrid_min_prompt_tokens, "
         "kind, max_tokens, model, on_failure, phrases, priority, privacy, response_format, rules, "
         "sampling, slo, speculative, system_prompt, timeouts, tools)",
