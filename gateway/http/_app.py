@@ -37,6 +37,7 @@ from zest.gateway.http._answers import (
 )
 from zest.gateway.http._auth import PUBLIC_PATHS
 from zest.gateway.http._body import IGNORED, JsonBodyPlugin, read_empty_body
+from zest.gateway.http._dialect import dialect_of
 from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
@@ -482,7 +483,15 @@ def _request_error(request: Request[Any, Any, Any], exc: RequestError) -> Respon
         headers["x-zest-affinity"] = affinity
     if exc.tried:  # the answer lists every attempt the request tried
         headers["x-zest-fallbacks"] = header_value(" | ".join(exc.tried))
-    return Response(exc.to_body(), status_code=exc.status_code, headers=headers)
+    return _error_response(request, exc.status_code, exc.to_body(), headers)
+
+
+def _error_response(
+    request: Request[Any, Any, Any], status: int, body: dict[str, Any], headers: dict[str, str]
+) -> Response[Any]:
+    """An error in the shape of the dialect the endpoint speaks (OpenAI's by default)."""
+    status, shaped = dialect_of(request.scope).shaped(status, body)
+    return Response(shaped, status_code=status, headers=headers)
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
@@ -508,7 +517,7 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
         message, param = _parameter_error(exc.extra[0])  # Litestar's names the whole URL
     body = error_body(message, type="invalid_request_error", param=param)
     headers = {"x-request-id": _request_id(request), **(exc.headers or {})}
-    return Response(body, status_code=status, headers=headers)
+    return _error_response(request, status, body, headers)
 
 
 def _no_body(exc: HTTPException) -> bool:
@@ -532,7 +541,7 @@ def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response
     log.exception("unhandled error", exc_info=exc)
     record_failure(request, exc)
     body = error_body("internal error: see the server log", type="server_error")
-    return Response(body, status_code=500, headers={"x-request-id": _request_id(request)})
+    return _error_response(request, 500, body, {"x-request-id": _request_id(request)})
 
 
 # What answers while the server drains: the probes (readiness says 503) and the metrics.
