@@ -30,6 +30,7 @@ from zest.gateway.http._answers import (
     ResponseObject,
     answers,
 )
+from zest.gateway.http._anthropic import ANTHROPIC_HANDLERS
 from zest.gateway.http._auth import PUBLIC_PATHS
 from zest.gateway.http._body import JsonBodyPlugin, read_empty_body
 from zest.gateway.http._dialect import dialect_of
@@ -515,6 +516,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         completions,
         embeddings,
         responses,
+        *ANTHROPIC_HANDLERS,
         task_endpoint,
         list_models,
         retrieve_model,

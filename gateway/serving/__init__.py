@@ -1,6 +1,7 @@
 """What serves a request apart from HTTP: the runtime (routes in force, inventory, engine
 pool), a request's walk through its plan, explain, hot reload, timeouts and settings."""
 
+from zest.gateway.serving._anthropic import CountTokensRequest, MessagesRequest
 from zest.gateway.serving._decision import (
     ExplainRequest,
     decide_request,
@@ -52,11 +53,13 @@ __all__ = [
     "ChatMessage",
     "ChatRequest",
     "CompletionRequest",
+    "CountTokensRequest",
     "Drain",
     "Embedded",
     "EmbeddingRequest",
     "ExplainRequest",
     "Generation",
+    "MessagesRequest",
     "Preflight",
     "Reloader",
     "RequestEvents",
