@@ -42,6 +42,7 @@ from zest.gateway.http._exchange import (
     unless_disconnected,
 )
 from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
+from zest.gateway.http._mcp import McpMount
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
     METRICS,
@@ -532,6 +533,8 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         openapi_json,
     ]
     metrics = Metrics(runtime)
+    mcp = McpMount(runtime, metrics, security.max_body_bytes)
+    reloader.observers.append(mcp.routes_changed)
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -540,6 +543,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         try:
             yield
         finally:
+            await mcp.close()
             await reloader.stop()
             await runtime.close()
 
@@ -559,6 +563,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             Router("/api/v1", route_handlers=handlers, include_in_schema=False),  # /v1's twin
             Router("/v1", route_handlers=handlers),
             prometheus_metrics,  # also at the top level, where scrapers look by default
+            mcp.handler(),  # POST /mcp: the tasks as MCP tools
             web_page,
             web_asset,
         ],

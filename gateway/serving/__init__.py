@@ -23,6 +23,14 @@ from zest.gateway.serving._generation import (
     start_choices,
     start_generation,
 )
+from zest.gateway.serving._mcp_inputs import (
+    ChatToolInput,
+    EmbeddingToolInput,
+    PromptToolInput,
+    ToolInput,
+    input_schema,
+    tool_input_of,
+)
 from zest.gateway.serving._preflight import Preflight, preflight
 from zest.gateway.serving._reload import (
     Reloader,
@@ -52,15 +60,18 @@ __all__ = [
     "IGNORED_FIELDS",
     "ChatMessage",
     "ChatRequest",
+    "ChatToolInput",
     "CompletionRequest",
     "CountTokensRequest",
     "Drain",
     "Embedded",
     "EmbeddingRequest",
+    "EmbeddingToolInput",
     "ExplainRequest",
     "Generation",
     "MessagesRequest",
     "Preflight",
+    "PromptToolInput",
     "Reloader",
     "RequestEvents",
     "ResponsesRequest",
@@ -69,6 +80,7 @@ __all__ = [
     "Settings",
     "TaskRequest",
     "ToolAnswer",
+    "ToolInput",
     "build_prompt",
     "close_all",
     "decide_request",
@@ -77,9 +89,11 @@ __all__ = [
     "explain_request",
     "explain_task",
     "format_explanation",
+    "input_schema",
     "preflight",
     "route_request",
     "start_choices",
     "start_generation",
+    "tool_input_of",
     "tool_use_for",
 ]
