@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import secrets
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from litestar.types import Receive, Scope, Send
 
 from zest.errors import ServiceUnavailableError
 from zest.gateway.http._dialect import DIALECT, Dialect
+from zest.gateway.http._mcp_screen import screened
 from zest.gateway.http._mcp_tools import McpTools
 from zest.gateway.http._metrics import Metrics
 from zest.gateway.serving import Runtime
@@ -79,8 +81,9 @@ class McpMount:
 
         @asgi("/mcp", is_mount=True, copy_scope=True, opt={DIALECT: MCP})
         async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+            checked = await screened(scope, receive, self.max_body_bytes)  # type: ignore[arg-type]
             await self._ready()
-            await self._manager.handle_request(scope, receive, send)
+            await self._manager.handle_request(scope, checked, _with_request_id(send))
 
         return mcp_endpoint
 
@@ -179,3 +182,17 @@ class McpMount:
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
+
+
+def _with_request_id(send: Send) -> Any:
+    """The SDK's answers carry a request id too (the access line and the client's logs
+    name it), as every answer of zest does."""
+    request_id = ("req_" + secrets.token_hex(8)).encode()
+
+    async def sending(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            headers = [*message.get("headers", ()), (b"x-request-id", request_id)]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
