@@ -23,8 +23,7 @@ __all__ = ["ANTHROPIC", "MessageShape", "anthropic_error"]
 
 log = logging.getLogger("zest.gateway")
 
-# Anthropic's error type for each status zest answers (docs/anthropic.md): 503 is its
-# overloaded_error (the server cannot serve it now; the client may retry), as its own 529.
+# Anthropic's error type for each status zest answers (docs/anthropic.md).
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -33,10 +32,16 @@ _ERROR_TYPES = {
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
-    503: "overloaded_error",
+    503: "api_error",  # no device or model can serve the route (overloaded: see below)
     504: "timeout_error",
     529: "overloaded_error",
 }
+
+
+# 503s that say the server cannot take the request now, as Anthropic's 529 does: draining, or
+# an upstream that keeps answering 503. Other 503s (no device, a missing model file, privacy)
+# are the route's, not the moment's.
+_OVERLOADED = frozenset({"shutting_down", "upstream_unavailable"})
 
 
 def anthropic_error(status: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -45,6 +50,8 @@ def anthropic_error(status: int, body: dict[str, Any]) -> tuple[int, dict[str, A
     api_error); zest's own code and param stay beside them, as the `zest` object does."""
     error = body.get("error", {})
     kind = _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    if status == 503 and error.get("code") in _OVERLOADED:
+        kind = "overloaded_error"
     shaped: dict[str, Any] = {
         "type": "error",
         "error": {"type": kind, "message": error.get("message", "error")},
