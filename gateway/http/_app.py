@@ -32,6 +32,7 @@ from zest.gateway.http._answers import (
 )
 from zest.gateway.http._auth import PUBLIC_PATHS
 from zest.gateway.http._body import JsonBodyPlugin, read_empty_body
+from zest.gateway.http._dialect import dialect_of
 from zest.gateway.http._exchange import (
     event_stream,
     metadata_read,
@@ -423,7 +424,15 @@ def _request_error(request: Request[Any, Any, Any], exc: RequestError) -> Respon
         headers["x-zest-affinity"] = affinity
     if exc.tried:  # the answer lists every attempt the request tried
         headers["x-zest-fallbacks"] = header_value(" | ".join(exc.tried))
-    return Response(exc.to_body(), status_code=exc.status_code, headers=headers)
+    return _error_response(request, exc.status_code, exc.to_body(), headers)
+
+
+def _error_response(
+    request: Request[Any, Any, Any], status: int, body: dict[str, Any], headers: dict[str, str]
+) -> Response[Any]:
+    """An error in the shape of the dialect the endpoint speaks (OpenAI's by default)."""
+    status, shaped = dialect_of(request.scope).shaped(status, body)
+    return Response(shaped, status_code=status, headers=headers)
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
@@ -449,7 +458,7 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
         message, param = _parameter_error(exc.extra[0])  # Litestar's names the whole URL
     body = error_body(message, type="invalid_request_error", param=param)
     headers = {"x-request-id": request_id_of(request), **(exc.headers or {})}
-    return Response(body, status_code=status, headers=headers)
+    return _error_response(request, status, body, headers)
 
 
 def _no_body(exc: HTTPException) -> bool:
@@ -473,7 +482,7 @@ def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response
     log.exception("unhandled error", exc_info=exc)
     record_failure(request, exc)
     body = error_body("internal error: see the server log", type="server_error")
-    return Response(body, status_code=500, headers={"x-request-id": request_id_of(request)})
+    return _error_response(request, 500, body, {"x-request-id": request_id_of(request)})
 
 
 # What answers while the server drains: the probes (readiness says 503) and the metrics.
