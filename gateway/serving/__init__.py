@@ -22,6 +22,24 @@ from zest.gateway.serving._generation import (
     start_choices,
     start_generation,
 )
+from zest.gateway.serving._ollama_models import (
+    ModelCard,
+    apply_keep_alive,
+    load_task,
+    model_card,
+    model_cards,
+    running_cards,
+    unload_task,
+)
+from zest.gateway.serving._ollama_options import KeepAlive
+from zest.gateway.serving._ollama_requests import (
+    OllamaChatRequest,
+    OllamaEmbeddingsRequest,
+    OllamaEmbedRequest,
+    OllamaGenerateRequest,
+    OllamaModelRequest,
+    OllamaPullRequest,
+)
 from zest.gateway.serving._preflight import Preflight, preflight
 from zest.gateway.serving._reload import (
     Reloader,
@@ -57,6 +75,14 @@ __all__ = [
     "EmbeddingRequest",
     "ExplainRequest",
     "Generation",
+    "KeepAlive",
+    "ModelCard",
+    "OllamaChatRequest",
+    "OllamaEmbedRequest",
+    "OllamaEmbeddingsRequest",
+    "OllamaGenerateRequest",
+    "OllamaModelRequest",
+    "OllamaPullRequest",
     "Preflight",
     "Reloader",
     "RequestEvents",
@@ -66,6 +92,7 @@ __all__ = [
     "Settings",
     "TaskRequest",
     "ToolAnswer",
+    "apply_keep_alive",
     "build_prompt",
     "close_all",
     "decide_request",
@@ -74,9 +101,14 @@ __all__ = [
     "explain_request",
     "explain_task",
     "format_explanation",
+    "load_task",
+    "model_card",
+    "model_cards",
     "preflight",
     "route_request",
+    "running_cards",
     "start_choices",
     "start_generation",
     "tool_use_for",
+    "unload_task",
 ]
