@@ -52,6 +52,7 @@ from zest.gateway.http._metrics_routes import (
 )
 from zest.gateway.http._ollama import ACCESS_POLICY, OLLAMA_GENERATION
 from zest.gateway.http._ollama_models import OLLAMA_MODELS
+from zest.gateway.http._ollama_pull import OLLAMA_PULL
 from zest.gateway.http._openapi import STREAMS, openapi_config, openapi_json
 from zest.gateway.http._ops import OPS_HANDLERS, describe_loaded, lemonade_health
 from zest.gateway.http._responses import (
@@ -559,7 +560,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             Router("/api/v1", route_handlers=handlers, include_in_schema=False),  # /v1's twin
             Router("/v1", route_handlers=handlers),
             # Ollama's API, beside /api/v1 (no path of one is a path of the other).
-            Router("/api", route_handlers=[*OLLAMA_GENERATION, *OLLAMA_MODELS]),
+            Router("/api", route_handlers=[*OLLAMA_GENERATION, *OLLAMA_MODELS, *OLLAMA_PULL]),
             prometheus_metrics,  # also at the top level, where scrapers look by default
             web_page,
             web_asset,

@@ -22,6 +22,7 @@ from zest.gateway.serving._generation import (
     start_choices,
     start_generation,
 )
+from zest.gateway.serving._model_files import ModelFile, model_file, remove_model_file
 from zest.gateway.serving._ollama_models import (
     ModelCard,
     apply_keep_alive,
@@ -41,6 +42,7 @@ from zest.gateway.serving._ollama_requests import (
     OllamaPullRequest,
 )
 from zest.gateway.serving._preflight import Preflight, preflight
+from zest.gateway.serving._pull import Bar, Bars, Pulled, disk_size, pull
 from zest.gateway.serving._reload import (
     Reloader,
 )
@@ -67,6 +69,8 @@ from zest.gateway.serving._tools import (
 
 __all__ = [
     "IGNORED_FIELDS",
+    "Bar",
+    "Bars",
     "ChatMessage",
     "ChatRequest",
     "CompletionRequest",
@@ -77,6 +81,7 @@ __all__ = [
     "Generation",
     "KeepAlive",
     "ModelCard",
+    "ModelFile",
     "OllamaChatRequest",
     "OllamaEmbedRequest",
     "OllamaEmbeddingsRequest",
@@ -84,6 +89,7 @@ __all__ = [
     "OllamaModelRequest",
     "OllamaPullRequest",
     "Preflight",
+    "Pulled",
     "Reloader",
     "RequestEvents",
     "ResponsesRequest",
@@ -97,6 +103,7 @@ __all__ = [
     "close_all",
     "decide_request",
     "describe_inventory",
+    "disk_size",
     "embed_inputs",
     "explain_request",
     "explain_task",
@@ -104,7 +111,10 @@ __all__ = [
     "load_task",
     "model_card",
     "model_cards",
+    "model_file",
     "preflight",
+    "pull",
+    "remove_model_file",
     "route_request",
     "running_cards",
     "start_choices",

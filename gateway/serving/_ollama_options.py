@@ -10,12 +10,13 @@ name that is no Ollama option at all is refused, with the closest one.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from zest.errors import shown
 from zest.gateway.serving._requests import INT32, INT64, MAX_STOPS, Number, SamplingFields
@@ -27,7 +28,6 @@ __all__ = [
     "OllamaSampling",
     "parse_keep_alive",
     "sampling_from",
-    "take_ignored",
 ]
 
 # Ollama's options zest accepts and does not apply: the route loads and samples the model.
@@ -61,7 +61,8 @@ class OllamaOptions(BaseModel):
     """The options zest applies, each within the bounds the OpenAI fields have; the ignored
     ones are taken out before validation (see `take_ignored`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Ollama's options zest does not apply are kept apart (model_extra), to be named back.
+    model_config = ConfigDict(extra="allow")
 
     temperature: Number | None = Field(default=None, ge=0.0, le=2.0)
     top_p: Number | None = Field(default=None, gt=0.0, le=1.0)
@@ -76,6 +77,27 @@ class OllamaOptions(BaseModel):
     frequency_penalty: Number | None = Field(default=None, ge=-2.0, le=2.0)
     # A context smaller than the model's: the prompt and answer must fit in it.
     num_ctx: StrictInt | None = Field(default=None, ge=1, le=INT32)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_options(cls, given: Any) -> Any:
+        """Only Ollama's options: a name that is none of them is refused, with the closest."""
+        if not isinstance(given, dict):
+            return given
+        known = set(cls.model_fields) | IGNORED_OPTIONS
+        for name in given:
+            if name not in known:
+                close = difflib.get_close_matches(str(name), sorted(known), n=1)
+                hint = f"did you mean {close[0]!r}?" if close else "remove it"
+                raise ValueError(
+                    f"{shown(name)} is not one of Ollama's options: {hint} (docs/ollama.md "
+                    "lists them)"
+                )
+        return given
+
+    def ignored(self) -> list[str]:
+        """The options sent that zest does not apply, as x-zest-ignored names them."""
+        return [f"options.{name}" for name in self.model_extra or {}]
 
     @field_validator("num_predict")
     @classmethod
@@ -99,17 +121,6 @@ class OllamaOptions(BaseModel):
 
     def max_tokens(self) -> int | None:
         return self.num_predict if self.num_predict is not None and self.num_predict > 0 else None
-
-
-def take_ignored(options: Any) -> list[str]:
-    """Take Ollama's options that zest does not apply out of `options` (a dict as sent);
-    return their names as x-zest-ignored lists them (`options.num_gpu`)."""
-    if not isinstance(options, dict):
-        return []
-    ignored = [name for name in options if name in IGNORED_OPTIONS]
-    for name in ignored:
-        del options[name]
-    return [f"options.{name}" for name in ignored]
 
 
 class OllamaSampling(SamplingFields):

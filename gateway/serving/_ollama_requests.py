@@ -226,7 +226,8 @@ class _Generating(_Body):
     def ignored(self) -> list[str]:
         """The fields sent that change nothing here (x-zest-ignored names them)."""
         extras = ("think", "logprobs", "top_logprobs", "width", "height", "steps")
-        return [name for name in extras if getattr(self, name) is not None]
+        named = [name for name in extras if getattr(self, name) is not None]
+        return [*named, *(self.options.ignored() if self.options else [])]
 
 
 class OllamaChatRequest(_Generating):
