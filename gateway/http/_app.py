@@ -52,6 +52,9 @@ from zest.gateway.http._metrics_routes import (
     record_failure,
     stats_history,
 )
+from zest.gateway.http._ollama import ACCESS_POLICY, OLLAMA_GENERATION
+from zest.gateway.http._ollama_models import OLLAMA_MODELS
+from zest.gateway.http._ollama_pull import OLLAMA_PULL
 from zest.gateway.http._openapi import STREAMS, openapi_config, openapi_json
 from zest.gateway.http._ops import OPS_HANDLERS, describe_loaded, lemonade_health
 from zest.gateway.http._responses import (
@@ -562,6 +565,8 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         route_handlers=[
             Router("/api/v1", route_handlers=handlers, include_in_schema=False),  # /v1's twin
             Router("/v1", route_handlers=handlers),
+            # Ollama's API, beside /api/v1 (no path of one is a path of the other).
+            Router("/api", route_handlers=[*OLLAMA_GENERATION, *OLLAMA_MODELS, *OLLAMA_PULL]),
             prometheus_metrics,  # also at the top level, where scrapers look by default
             mcp.handler(),  # POST /mcp: the tasks as MCP tools
             web_page,
@@ -579,7 +584,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             Exception: _internal_error,
         },
         plugins=[JsonBodyPlugin()],
-        state=State({METRICS: metrics}),
+        state=State({METRICS: metrics, ACCESS_POLICY: security.policy}),
         lifespan=[lifespan],
         before_send=[replica_header(settings.replica())],
         guards=[_drain_guard(runtime), *security.guards],
