@@ -62,7 +62,21 @@ def anthropic_error(status: int, body: dict[str, Any]) -> tuple[int, dict[str, A
     return status, shaped
 
 
-ANTHROPIC = Dialect("anthropic", anthropic_error)
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Anthropic's error shape: the message says what to send instead.",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+        "zest": {"type": "object"},
+    },
+}
+ANTHROPIC = Dialect("anthropic", anthropic_error, ERROR_SCHEMA)
 
 
 class MessageShape:

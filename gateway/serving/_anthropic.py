@@ -28,6 +28,7 @@ from pydantic.json_schema import SkipJsonSchema
 from zest.gateway.serving._anthropic_blocks import (
     BLOCKS_TAKEN,
     AnthropicMessage,
+    Block,
     CacheControl,
     ImageBlock,
     TextBlock,
@@ -98,6 +99,15 @@ class CustomTool(_Body):
             if getattr(self, name) is not None
         ]
 
+    @field_validator("input_schema")
+    @classmethod
+    def _an_object(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        if schema.get("type") != "object":
+            raise ValueError(
+                'a tool\'s input is an object: send an input_schema with "type": "object"'
+            )
+        return schema
+
 
 class ServerTool(Refused):
     says = (
@@ -161,7 +171,7 @@ class _Conversation(_Body):
     )
     model: str = Field(min_length=1)
     messages: list[AnthropicMessage] = Field(min_length=1)
-    system: str | list[TextBlock] | None = None
+    system: str | list[Block] | None = None
     tools: list[AnyTool] | None = None
     tool_choice: Annotated[AutoChoice | NamedChoice, Field(discriminator="type")] | None = None
     thinking: dict[str, Any] | None = None
@@ -182,6 +192,16 @@ class _Conversation(_Body):
             )
         return messages
 
+    @field_validator("system")
+    @classmethod
+    def _text_only(cls, system: str | list[Any] | None) -> str | list[Any] | None:
+        for index, block in enumerate(system if isinstance(system, list) else ()):
+            if not isinstance(block, TextBlock):
+                raise ValueError(
+                    f"block {index} is a {block.type} block: the system is text: send text blocks"
+                )
+        return system
+
     @model_validator(mode="after")
     def _read_turns(self) -> _Conversation:
         if self.messages[-1].role == "assistant":
@@ -195,11 +215,9 @@ class _Conversation(_Body):
     def chat(self) -> list[ChatMessage]:
         """The conversation as chat turns, the system first (one system turn: templates
         expect one)."""
-        system = (
-            self.system
-            if isinstance(self.system, str)
-            else "".join(b.text for b in self.system or ())
-        )
+        blocks = self.system if isinstance(self.system, list) else ()
+        system = self.system if isinstance(self.system, str) else ""
+        system += "".join(b.text for b in blocks if isinstance(b, TextBlock))
         head = [ChatMessage(role="system", content=system)] if system else []
         return head + self._turns
 

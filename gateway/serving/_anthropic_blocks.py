@@ -193,8 +193,8 @@ class AnthropicMessage(_Body):
         for index, block in enumerate(self.content):
             if not isinstance(block, _ALLOWED[self.role]):
                 raise ValueError(
-                    f"content.{index}: a {block.type} block is not sent in a {self.role} "
-                    f"message: {_where(block.type)}"
+                    f"content.{index}: {block.type} blocks are not sent in {self.role} "
+                    f"messages: {_where(block.type)}"
                 )
         results = [isinstance(block, ToolResultBlock) for block in self.content]
         if any(results) and results != sorted(results, reverse=True):
