@@ -219,11 +219,11 @@ class UnknownTaskError(RequestError):
 
 
 class RequestTooLargeError(RequestError):
-    """A body larger than the server takes, refused as its length is known (Litestar's own
-    413 for the bodies it reads counts as http_413 too)."""
+    """A body larger than the server takes, refused as its length is known (where zest reads
+    the body itself: /mcp; Litestar's own 413 for the bodies it reads counts as http_413)."""
 
     status_code = 413
-    outcome = "http_413"
+    outcome = "request_too_large"
 
 
 class UnsupportedMediaTypeError(RequestError):
