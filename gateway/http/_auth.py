@@ -37,6 +37,7 @@ from zest.router import ClientConfig, ClientKeys, key_digest
 Clients = Callable[[], tuple[ClientKeys, Mapping[str, ClientConfig]]]
 
 __all__ = [
+    "OWN_OR_ADMIN",
     "PUBLIC_PATHS",
     "AccessPolicy",
     "AuthGuard",
@@ -53,6 +54,8 @@ __all__ = [
 PUBLIC_PATHS = frozenset({"/api/v1/health", "/v1/health", "/api/v1/ready", "/v1/ready"})
 SEND_KEY = "send 'Authorization: Bearer <key>'; the keys are set with ZEST_API_KEYS"
 SEND_CLIENT_KEY = f"{SEND_KEY} and routes.yaml's clients"
+# A handler's opt: a named client may call it (about itself); anyone else needs the admin key.
+OWN_OR_ADMIN = "own_or_admin"
 SEND_ADMIN_KEY = "send 'Authorization: Bearer <admin key>', the key set with ZEST_ADMIN_KEY"
 
 
@@ -184,12 +187,15 @@ class AccessPolicy:
         admin: bool,
         clients: ClientKeys | None = None,
         entries: Mapping[str, ClientConfig] | None = None,
+        own_or_admin: bool = False,
     ) -> Caller:
         """The caller the credential names, or AuthenticationError (401) or
-        PermissionDeniedError (403) unless allowed; `clients`: the named clients' keys."""
+        PermissionDeniedError (403) unless allowed; `clients`: the named clients' keys;
+        `own_or_admin`: a route a named client may call (about itself), else an admin route."""
         clients = clients or ClientKeys()
         client = _client_of(credential, clients)
         is_admin = self._is_admin(credential)
+        admin = admin or (own_or_admin and client is None)
         if self.api_keys or clients:
             send = SEND_CLIENT_KEY if clients else SEND_KEY
             self._check_api_key(credential, client is not None or is_admin, send)
@@ -257,12 +263,15 @@ class AuthGuard:
         if connection.scope["path"].rstrip("/") in PUBLIC_PATHS or handler.opt.get("public"):
             return
         admin = bool(handler.opt.get("admin"))
+        own = bool(handler.opt.get(OWN_OR_ADMIN))
         keys, entries = self.clients()
         credential = None  # read only where a key is needed: an open server ignores the header
-        if self.policy.api_keys or keys or (admin and self.policy.admin_key):
+        if self.policy.api_keys or keys or ((admin or own) and self.policy.admin_key):
             _one_credential(connection)
             credential = credential_of(connection.headers)
-        caller = self.policy.authorize(credential, admin=admin, clients=keys, entries=entries)
+        caller = self.policy.authorize(
+            credential, admin=admin, clients=keys, entries=entries, own_or_admin=own
+        )
         connection.scope.setdefault("state", {})[CALLER] = caller
 
 

@@ -13,10 +13,11 @@ from typing import Any
 from zest.gateway.serving import ANONYMOUS, Caller, Runtime
 from zest.router import ClientConfig, ClientKeys, LoadedRoutes, resolve_client_keys
 
-__all__ = ["CALLER", "ClientDirectory", "caller_name", "caller_of"]
+__all__ = ["CALLER", "CLIENT_DIRECTORY", "ClientDirectory", "caller_in", "caller_name", "caller_of"]
 
 log = logging.getLogger("zest.gateway")
 CALLER = "zest_caller"  # the request state's key (scope["state"])
+CLIENT_DIRECTORY = "zest_clients"  # the app state's key of the ClientDirectory
 
 
 class ClientDirectory:
@@ -46,7 +47,14 @@ class ClientDirectory:
 
 def caller_of(request: Any) -> Caller:
     """The caller the guard found for a request (a request no key was asked of: anonymous)."""
-    caller = request.state.get(CALLER)
+    return caller_in(request.scope)
+
+
+def caller_in(scope: Mapping[str, Any]) -> Caller:
+    """The caller the guard put in an ASGI scope's state (an app mounted below the guard, as
+    MCP's transport, reads it there)."""
+    state = scope.get("state")
+    caller = state.get(CALLER) if isinstance(state, dict) else None
     return caller if isinstance(caller, Caller) else ANONYMOUS
 
 

@@ -28,6 +28,7 @@ from zest.engines import Delta, EngineInfo, ModelDigest, StageStats
 from zest.errors import ClientDisconnectedError, RequestError
 from zest.gateway.http._slo import Change, RouteState, SloTracker
 from zest.gateway.http._timeline import Timeline
+from zest.gateway.http._usage import UsageLedger
 from zest.gateway.serving import Generation, RequestEvents, Runtime
 from zest.router import Slo
 
@@ -93,6 +94,7 @@ class Metrics:
         self.last: LastRequest | None = None
         self.timeline = Timeline()
         self.slo = SloTracker(report=_log_slo_change)
+        self.usage = UsageLedger()  # by client, task and model (GET /v1/usage)
         self._define()
         if runtime is not None:
             self.registry.register(RuntimeCollector(runtime))
@@ -102,7 +104,10 @@ class Metrics:
     def _define(self) -> None:
         served = ("task", "model", "device")
         self.requests = self._counter(
-            "zest_requests", "Generation requests by how they ended.", (*served, "outcome")
+            "zest_requests",
+            "Generation requests by how they ended, the API dialect they were sent in, and "
+            "the client that sent them (anonymous: no named client; admin: the admin key).",
+            (*served, "outcome", "dialect", "client"),
         )
         self.ttft = Histogram(
             "zest_time_to_first_token_seconds",
@@ -126,13 +131,23 @@ class Metrics:
             registry=self.registry,
         )
         self.prompt_tokens = self._counter(
-            "zest_prompt_tokens", "Prompt tokens of requests that reached a first token.", served
+            "zest_prompt_tokens",
+            "Prompt tokens of requests that reached a first token, by client.",
+            (*served, "client"),
         )
         self.cached_prompt_tokens = self._counter(
             "zest_cached_prompt_tokens", "Prompt tokens reused from the prefix cache.", served
         )
         self.completion_tokens = self._counter(
-            "zest_completion_tokens", "Completion tokens of finished generations.", served
+            "zest_completion_tokens",
+            "Completion tokens of finished generations, by client.",
+            (*served, "client"),
+        )
+        self.cache_requests = self._counter(
+            "zest_cache_requests",
+            "Requests of routes with a response cache whose answer is determined: hit (served "
+            "from the cache, no engine) or miss.",
+            ("task", "result"),
         )
         self.fallbacks = self._counter(
             "zest_fallbacks", "Attempts that failed and moved a request on.", ("task", "reason")
@@ -176,9 +191,10 @@ class Metrics:
     def _counter(self, name: str, doc: str, labels: tuple[str, ...]) -> Counter:
         return Counter(name, doc, labels, registry=self.registry)
 
-    def begin(self, task: str | None = None) -> RequestRecord:
-        """A record for a request arriving now; `task` when the path already names it."""
-        record = RequestRecord(self)
+    def begin(self, task: str | None = None, dialect: str = "openai") -> RequestRecord:
+        """A record for a request arriving now; `task` when the path already names it, and
+        the dialect its endpoint speaks."""
+        record = RequestRecord(self, dialect)
         self.sample_queue()
         if task is not None:
             record.task_named(task)
@@ -289,8 +305,10 @@ class RequestRecord(RequestEvents):
     class, not a dataclass: Litestar would resolve a dataclass's annotations (Generation).
     """
 
-    def __init__(self, metrics: Metrics | None = None) -> None:
+    def __init__(self, metrics: Metrics | None = None, dialect: str = "openai") -> None:
         self.metrics = metrics
+        self.dialect = dialect  # a label: the request path never knows it
+        self.client = "anonymous"  # who sent it: a label, as the dialect (never a key)
         self.arrived = time.perf_counter()
         self.task: str | None = None
         self.rule: str | None = None  # the rule that chose the route (tasks with rules)
@@ -355,13 +373,17 @@ class RequestRecord(RequestEvents):
 
     def _publish(self, metrics: Metrics) -> None:
         task = self.task or UNKNOWN
-        metrics.requests.labels(task, self.model, self.device, self.outcome).inc()
+        labels = (task, self.model, self.device, self.outcome, self.dialect, self.client)
+        metrics.requests.labels(*labels).inc()
         if self.rule is not None:
             metrics.route_decisions.labels(task, self.rule).inc()
         for reason in self.fallback_reasons:
             metrics.fallbacks.labels(task, reason).inc()
         if self.gen is not None and self.ttft is not None:
             self._publish_generation(metrics, task, self.gen, self.ttft)
+        gen = self.gen
+        prompt = gen.prompt_tokens if gen is not None else 0
+        metrics.usage.count(self.client, task, self.model, prompt, self.completion_tokens or 0)
 
     def _publish_generation(
         self, metrics: Metrics, task: str, gen: Generation, ttft: float
@@ -371,7 +393,9 @@ class RequestRecord(RequestEvents):
         itl = metrics.itl.labels(*served)
         for gap in self.token_gaps:
             itl.observe(gap)
-        metrics.prompt_tokens.labels(*served).inc(gen.prompt_tokens)
+        metrics.prompt_tokens.labels(*served, self.client).inc(gen.prompt_tokens)
+        if gen.cache is not None:
+            metrics.cache_requests.labels(task, gen.cache).inc()
         metrics.cached_prompt_tokens.labels(*served).inc(gen.first.cached_tokens)
         if gen.trimmed is not None:
             metrics.trimmed_tokens.labels(task, gen.trimmed.strategy).inc(
@@ -385,13 +409,14 @@ class RequestRecord(RequestEvents):
                 metrics.speculative_tokens.labels(task, "accepted").inc(stats.accepted_tokens)
         rate = None
         if self.completion_tokens is not None:
-            metrics.completion_tokens.labels(*served).inc(self.completion_tokens)
+            metrics.completion_tokens.labels(*served, self.client).inc(self.completion_tokens)
             metrics.last = self._last_request(task, gen, ttft, self.completion_tokens)
             rate = metrics.last.tokens_per_second
             metrics.timeline.finished(ttft, rate)
             if rate is not None:
                 metrics.decode_rate.labels(*served).observe(rate)
-        metrics.observe_slo(task, ttft, rate)
+        if gen.cache != "hit":  # the route's objectives judge its model, not its cache
+            metrics.observe_slo(task, ttft, rate)
         metrics.sample_queue()
 
     def _last_request(self, task: str, gen: Generation, ttft: float, tokens: int) -> LastRequest:
