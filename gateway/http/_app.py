@@ -68,6 +68,7 @@ from zest.gateway.http._responses import (
 )
 from zest.gateway.http._responses_api import ResponseShape
 from zest.gateway.http._security import HttpSecurity, body_too_large_message
+from zest.gateway.http._tracing import Tracing
 from zest.gateway.http._usage_route import usage
 from zest.gateway.http._web import web_asset, web_page
 from zest.gateway.serving import (
@@ -515,7 +516,9 @@ def _drain_guard(runtime: Runtime) -> Callable[[ASGIConnection[Any, Any, Any, An
     return refuse_while_draining
 
 
-def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
+def create_app(
+    runtime: Runtime, settings: Settings | None = None, tracing: Tracing | None = None
+) -> Litestar:
     """The ASGI app; `runtime` starts (warm start, sweeps, reload triggers) on startup and is
     closed on shutdown.
 
@@ -551,6 +554,8 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         openapi_json,
     ]
     metrics = Metrics(runtime)
+    # Traces, when OTEL_EXPORTER_OTLP_ENDPOINT says where (`tracing`: given, as tests give one).
+    metrics.tracing = tracing or Tracing.from_environment()
     mcp = McpMount(runtime, metrics, security.max_body_bytes)
     reloader.observers.append(mcp.routes_changed)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from zest.engines import Delta, EngineInfo, ModelDigest, StageStats
 from zest.errors import ClientDisconnectedError, RequestError
 from zest.gateway.http._slo import Change, RouteState, SloTracker
 from zest.gateway.http._timeline import Timeline
+from zest.gateway.http._tracing import RequestTrace, Tracing
 from zest.gateway.http._usage import UsageLedger
 from zest.gateway.serving import Generation, RequestEvents, Runtime
 from zest.router import Slo
@@ -95,6 +96,7 @@ class Metrics:
         self.timeline = Timeline()
         self.slo = SloTracker(report=_log_slo_change)
         self.usage = UsageLedger()  # by client, task and model (GET /v1/usage)
+        self.tracing: Tracing | None = None  # OpenTelemetry, when configured (http/_tracing.py)
         self._define()
         if runtime is not None:
             self.registry.register(RuntimeCollector(runtime))
@@ -191,10 +193,18 @@ class Metrics:
     def _counter(self, name: str, doc: str, labels: tuple[str, ...]) -> Counter:
         return Counter(name, doc, labels, registry=self.registry)
 
-    def begin(self, task: str | None = None, dialect: str = "openai") -> RequestRecord:
+    def begin(
+        self,
+        task: str | None = None,
+        dialect: str = "openai",
+        headers: Mapping[str, str] | None = None,
+    ) -> RequestRecord:
         """A record for a request arriving now; `task` when the path already names it, and
-        the dialect its endpoint speaks."""
+        the dialect its endpoint speaks; traced when tracing is on (`headers`: the request's,
+        whose traceparent is the trace's parent)."""
         record = RequestRecord(self, dialect)
+        if self.tracing is not None:
+            record.trace = self.tracing.follow(headers)
         self.sample_queue()
         if task is not None:
             record.task_named(task)
@@ -309,6 +319,8 @@ class RequestRecord(RequestEvents):
         self.metrics = metrics
         self.dialect = dialect  # a label: the request path never knows it
         self.client = "anonymous"  # who sent it: a label, as the dialect (never a key)
+        self.trace: RequestTrace | None = None  # its trace, when tracing is on
+        self.finish_reason: str | None = None
         self.arrived = time.perf_counter()
         self.task: str | None = None
         self.rule: str | None = None  # the rule that chose the route (tasks with rules)
@@ -330,20 +342,28 @@ class RequestRecord(RequestEvents):
         """The task's rules chose `rule`: counted when the request ends, however it ends."""
         self.task_named(task)
         self.rule = rule
+        if self.trace is not None:
+            self.trace.routed(rule)
 
     def attempt(self, model: str, device: str) -> None:
         """The attempt being tried: an error that ends the request is labelled with it."""
         self.model, self.device = model, device
+        if self.trace is not None:
+            self.trace.attempt(model, device)
 
     def fell_back(self, kind: str) -> None:
         """An attempt failed with `kind` (policies.FailureKind) and the request moved on."""
         self.fallback_reasons.append(kind.replace(" ", "_"))
+        if self.trace is not None:
+            self.trace.fell_back(kind)
 
     def first_token(self, gen: Generation) -> None:
         self._first_at = self._last_text_at = self._last_at = time.perf_counter()
         self.ttft = self._first_at - self.arrived
         self.gen = gen
         self.model, self.device = gen.info.model, gen.info.device
+        if self.trace is not None:
+            self.trace.first_token(gen)
 
     def delta(self, delta: Delta) -> None:
         """A delta handed to the client; the final one ends the request as ok."""
@@ -355,6 +375,7 @@ class RequestRecord(RequestEvents):
                 self._last_text_at = now
         if delta.finish_reason is not None:
             self.completion_tokens = delta.completion_tokens
+            self.finish_reason = delta.finish_reason
             self.finish("ok")
 
     def failed(self, error: BaseException) -> None:
@@ -370,6 +391,17 @@ class RequestRecord(RequestEvents):
         self.outcome = outcome
         if self.metrics is not None:
             self._publish(self.metrics)
+        if self.trace is not None:
+            self.trace.end(
+                {
+                    "task": self.task,
+                    "client": self.client,
+                    "dialect": self.dialect,
+                    "outcome": outcome,
+                    "completion_tokens": self.completion_tokens,
+                    "finish_reason": self.finish_reason,
+                }
+            )
 
     def _publish(self, metrics: Metrics) -> None:
         task = self.task or UNKNOWN

@@ -53,7 +53,8 @@ async def provide_record(request: Request[Any, Any, Any], metrics: Metrics) -> R
 
 
 def _begin(request: Request[Any, Any, Any], metrics: Metrics) -> RequestRecord:
-    record = metrics.begin(request.path_params.get("task"), dialect_of(request.scope).name)
+    task, dialect = request.path_params.get("task"), dialect_of(request.scope).name
+    record = metrics.begin(task, dialect, request.headers)
     record.client = caller_of(request).name
     request.state[_RECORD] = record
     return record
