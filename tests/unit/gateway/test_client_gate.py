@@ -186,7 +186,7 @@ def test_a_client_without_limits_and_no_client_take_nothing() -> None:
         (360, "6m0s"),
         (86399.0, "23h59m59s"),
         (86399.5, "24h0m0s"),
-    ],  # fmt: skip
+    ],
 )
 def test_resets_are_written_as_openai_writes_them(seconds: float, shown: str) -> None:
     assert format_reset(seconds) == shown

@@ -42,7 +42,7 @@ def test_a_valid_table_loads_with_its_defaults() -> None:
     assert (a.may_call("chat"), a.may_call("open")) == (True, False)
     assert (b.may_call("open"), b.privacy, b.priority) == (True, "local_only", 5)
     assert (b.limits.requests_per_minute, b.limits.tokens_per_minute) == (60, None)
-    assert not a.limits.any and b.limits.any
+    assert (a.limits.any, b.limits.any) == (False, True)
 
 
 def test_a_key_in_the_file_is_refused_with_how_to_give_it() -> None:
