@@ -53,7 +53,8 @@ class ClientLimits(_Strict):
 
     @property
     def any(self) -> bool:
-        return any(value is not None for value in self.model_dump().values())
+        limits = (self.requests_per_minute, self.tokens_per_minute, self.concurrent)
+        return self.tokens_per_day is not None or any(limit is not None for limit in limits)
 
 
 class ClientConfig(_Strict):

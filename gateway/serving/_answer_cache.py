@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from cachetools import TTLCache
 from pydantic import BaseModel
 
@@ -32,7 +32,7 @@ from zest.router import Attempt, LoadedRoutes, Plan, RouteConfig
 __all__ = ["AnswerCache", "CacheKey", "KeptAnswer", "Recorder", "determined", "replay"]
 
 # Fields of a request that say how the answer is delivered, not what it is.
-_DELIVERY = frozenset({"stream", "stream_options"})
+_DELIVERY = {"stream", "stream_options"}
 MAX_TABLES = 64  # (routes version, task) caches kept at once: older versions' are dropped
 
 Digests = Callable[[str], str | bool | None]  # a model's loaded digest; False: not loaded
@@ -82,11 +82,11 @@ class AnswerCache:
         given = {
             name: inputs.get(name) for name in ("messages", "prompt", "suffix", "tools", "routing")
         }
-        sent = body.model_dump(mode="json", exclude=set(_DELIVERY), exclude_none=True)
-        text = json.dumps(
-            [kind, local_only, sent, given], sort_keys=True, default=_jsonable, ensure_ascii=False
+        sent = body.model_dump(exclude=_DELIVERY, exclude_none=True)
+        text = msgspec.json.encode(
+            [kind, local_only, sent, given], enc_hook=_jsonable, order="sorted"
         )
-        digest = hashlib.sha256(text.encode()).hexdigest()
+        digest = hashlib.sha256(text).hexdigest()
         return CacheKey((routes.serial, task), digest, route)
 
     def find(self, key: CacheKey, digests: Digests) -> KeptAnswer | None:
@@ -130,12 +130,10 @@ def determined(route: RouteConfig, body: BaseModel) -> bool:
 
 
 def _jsonable(value: Any) -> Any:
-    """What json.dumps makes of the request's parts: models as their JSON, dataclasses as
-    their fields (a request's tools)."""
+    """What the key's JSON makes of the request's parts msgspec does not know: models as
+    their fields (a request's messages, tools), anything else as its repr."""
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", exclude_none=True)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return value.model_dump(exclude_none=True)
     return repr(value)
 
 
@@ -154,13 +152,15 @@ class Recorder:
         return _ChoiceRecorder(self, events, choice)
 
     def first_token(self, choice: int, gen: Any) -> None:
-        self.gens[choice] = gen
+        if not self.spoiled:
+            self.gens[choice] = gen
 
     def delta(self, choice: int, delta: Delta) -> None:
         kept = self.deltas[choice]
         if kept is None or self.spoiled:
             return
-        kept.append(dataclasses.replace(delta, stats=None))
+        # Stage figures are the engine's, not the cache's: a replay carries none.
+        kept.append(delta if delta.stats is None else dataclasses.replace(delta, stats=None))
         if delta.finish_reason is not None:
             self.finished += 1
             if self.finished == len(self.deltas):
@@ -168,13 +168,15 @@ class Recorder:
 
     def spoil(self) -> None:
         self.spoiled = True
+        self.gens = []  # no cycle through the generations' events
 
     def _keep(self) -> None:
-        first = self.gens[0]
-        if first is None or any(gen is None for gen in self.gens):
+        gens, self.gens = self.gens, []  # no cycle through the generations' events
+        first = gens[0] if gens else None
+        if first is None or any(gen is None for gen in gens):
             return
         route = self.key.route
-        if any(gen.info.model != route.model or gen.fallbacks for gen in self.gens):
+        if any(gen.info.model != route.model or gen.fallbacks for gen in gens):
             return  # a fallback's answer is not the route's: not kept
         digest = self.digests(first.info.model)
         if digest is False:

@@ -27,17 +27,15 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from zest.engines import Delta
 from zest.errors import LimitsUnavailableError, RateLimitedError, TaskNotAllowedError
 from zest.gateway.serving._events import RequestEvents
-from zest.router import ClientConfig
+from zest.router import ClientConfig, ClientLimits
 
 if TYPE_CHECKING:
     from limits import RateLimitItem
-    from limits.aio.storage import Storage
-    from limits.aio.strategies import FixedWindowRateLimiter
 
     from zest.gateway.serving._generation import Generation
 
@@ -55,6 +53,9 @@ OnStoreError = Literal["allow", "deny"]
 MEMORY = "async+memory://"
 PROBE_EVERY_S = 2.0  # a failing store is asked again this often (no request waits on it)
 REPORT_EVERY_S = 60.0  # a failing store's warning, at most this often
+# A reservation is given back only while its window surely lasts (a store's expiry is in whole
+# seconds): never into the next window, where it would give the client more than its limit.
+_SAME_WINDOW_MARGIN_S = 2.0
 _SETTLE_TASKS: set[asyncio.Task[None]] = set()  # settlements running (kept from the collector)
 
 
@@ -78,14 +79,47 @@ ADMIN = Caller("admin")
 
 @dataclass(frozen=True)
 class _Window:
-    """One of a client's limits, as `limits` counts it: the item, the identifiers, the cost
-    this request hits it with."""
+    """One of a client's limits as `limits` counts it: a fixed window's counter in its store,
+    under the key and with the expiry its RateLimitItem gives (both made once per client)."""
 
     kind: Literal["requests", "tokens"]
     key: str  # the routes file's name of the limit (what a refusal names)
-    item: RateLimitItem
-    ids: tuple[str, ...]
-    cost: int
+    amount: int
+    expiry: int  # seconds
+    counter: str  # the store's key
+
+    @classmethod
+    def of(
+        cls, kind: Literal["requests", "tokens"], key: str, item: RateLimitItem, name: str
+    ) -> _Window:
+        return cls(kind, key, item.amount, item.get_expiry(), item.key_for(name, key))
+
+    def cost(self, reserve: int) -> int:
+        return 1 if self.kind == "requests" else reserve
+
+
+class _Store:
+    """`limits`' storage, synchronous (memory) or asyncio (a shared store), awaited alike."""
+
+    def __init__(self, storage: Any) -> None:
+        self.storage = storage
+        self.sync = not asyncio.iscoroutinefunction(storage.incr)
+
+    async def incr(self, key: str, expiry: int, amount: int) -> int:
+        found = self.storage.incr(key, expiry, amount=amount)
+        return int(found if self.sync else await found)
+
+    async def get(self, key: str) -> int:
+        found = self.storage.get(key)
+        return int(found if self.sync else await found)
+
+    async def get_expiry(self, key: str) -> float:
+        found = self.storage.get_expiry(key)
+        return float(found if self.sync else await found)
+
+    async def check(self) -> bool:
+        found = self.storage.check()
+        return bool(found if self.sync else await found)
 
 
 @dataclass(frozen=True)
@@ -177,7 +211,7 @@ class _TicketPart(RequestEvents):
         if self.ended:
             return
         self.ended = True
-        gen = self.gen
+        gen, self.gen = self.gen, None  # no cycle through the generation's events
         served = gen is not None and gen.cache != "hit"  # an answer from the cache costs none
         self.ticket.part_ended(gen.prompt_tokens + completion if served and gen else 0)
 
@@ -190,7 +224,7 @@ class ClientGate:
         storage: str = "",
         *,
         on_store_error: OnStoreError = "allow",
-        timeout_s: float = 0.5,
+        timeout_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.uri = _async_uri(storage)
@@ -199,8 +233,8 @@ class ClientGate:
         self.clock = clock
         self.running: dict[str, int] = {}  # each client's requests admitted and not ended
         self.store_problem: str | None = None  # why the store failed last (None: it answers)
-        self._storage: Storage | None = None
-        self._limiter: FixedWindowRateLimiter | None = None
+        self._storage: _Store | None = None
+        self._made: dict[tuple[str, ClientLimits], tuple[_Window, ...]] = {}
         self._reported_at: float | None = None
         self._unreported = 0
         self._probe: asyncio.Task[None] | None = None
@@ -235,7 +269,7 @@ class ClientGate:
             self._check_slot(caller.name, limits.concurrent)
             self.running[caller.name] = self.running.get(caller.name, 0) + 1
             ticket.holds_slot = True
-        windows = self._windows(caller.name, client, reserve)
+        windows = self._windows(caller.name, client)
         try:
             if windows:
                 await self._hit(ticket, windows)
@@ -254,20 +288,13 @@ class ClientGate:
                 headers={"retry-after": "1"},
             )
 
-    def _windows(self, name: str, client: ClientConfig, reserve: int) -> tuple[_Window, ...]:
-        from limits import RateLimitItemPerDay, RateLimitItemPerMinute
-
-        limits, found = client.limits, list[_Window]()
-        if limits.requests_per_minute is not None:
-            rpm = RateLimitItemPerMinute(limits.requests_per_minute, namespace="zest")
-            found.append(_Window("requests", "requests_per_minute", rpm, (name, "rpm"), 1))
-        if limits.tokens_per_minute is not None:
-            tpm = RateLimitItemPerMinute(limits.tokens_per_minute, namespace="zest")
-            found.append(_Window("tokens", "tokens_per_minute", tpm, (name, "tpm"), reserve))
-        if limits.tokens_per_day is not None:
-            tpd = RateLimitItemPerDay(limits.tokens_per_day, namespace="zest")
-            found.append(_Window("tokens", "tokens_per_day", tpd, (name, "tpd"), reserve))
-        return tuple(found)
+    def _windows(self, name: str, client: ClientConfig) -> tuple[_Window, ...]:
+        """The client's windows, made once per client and limits (a reload that changes its
+        limits counts anew: the amount is part of the key)."""
+        found = self._made.get((name, client.limits))
+        if found is None:
+            found = self._made[(name, client.limits)] = _make_windows(name, client)
+        return found
 
     async def _hit(self, ticket: Ticket, windows: tuple[_Window, ...]) -> None:
         """Hit every window, or none: one over its limit takes back the hits before it."""
@@ -275,7 +302,10 @@ class ClientGate:
             self._without_store(ticket.caller.name)
             return
         try:
-            async with asyncio.timeout(self.timeout_s):
+            if self.shared:
+                async with asyncio.timeout(self.timeout_s):
+                    stats = await self._hit_all(ticket, windows)
+            else:  # this process's memory: nothing to wait for
                 stats = await self._hit_all(ticket, windows)
         except RateLimitedError:
             raise
@@ -289,49 +319,56 @@ class ClientGate:
         ticket.resets = tuple(s.reset_at for _, s in tokens)
 
     async def _hit_all(self, ticket: Ticket, windows: tuple[_Window, ...]) -> list[_Stats]:
-        limiter, storage = self._store()
-        taken: list[_Window] = []
+        """As `limits`' FixedWindowRateLimiter hits: the counter plus the cost, over the limit
+        when above it; the counts it answers are the headers' (no second read)."""
+        storage = self._store()
+        counts: list[int] = []
         for window in windows:
-            ok = await limiter.hit(window.item, *window.ids, cost=window.cost)
-            taken.append(window)  # counted even when over: taken back below
-            if not ok:
-                for hit in taken:
-                    await storage.incr(hit.item.key_for(*hit.ids), hit.item.get_expiry(), -hit.cost)
-                stats = [await self._stats(w) for w in windows]
+            cost = window.cost(ticket.reserved)
+            counts.append(await storage.incr(window.counter, window.expiry, amount=cost))
+            if counts[-1] > window.amount:  # counted all the same: taken back, every hit
+                for hit in windows[: len(counts)]:
+                    await storage.incr(hit.counter, hit.expiry, amount=-hit.cost(ticket.reserved))
+                stats = [await self._stats(storage, w) for w in windows]
                 raise self._refusal(ticket, window, windows, stats)
-        return [await self._stats(w) for w in windows]
+        return [
+            _Stats(w.amount, max(0, w.amount - count), await storage.get_expiry(w.counter))
+            for w, count in zip(windows, counts, strict=True)
+        ]
 
-    async def _stats(self, window: _Window) -> _Stats:
-        limiter, _ = self._store()
-        found = await limiter.get_window_stats(window.item, *window.ids)
-        return _Stats(window.item.amount, max(0, found.remaining), found.reset_time)
+    @staticmethod
+    async def _stats(storage: _Store, window: _Window) -> _Stats:
+        count = await storage.get(window.counter)
+        return _Stats(
+            window.amount, max(0, window.amount - count), await storage.get_expiry(window.counter)
+        )
 
     def _refusal(
         self, ticket: Ticket, over: _Window, windows: tuple[_Window, ...], stats: list[_Stats]
     ) -> RateLimitedError:
         name, found = ticket.caller.name, stats[windows.index(over)]
         wait = max(1, math.ceil(found.reset_at - time.time()))
-        asked = "1 request" if over.kind == "requests" else f"{over.cost} tokens (max_tokens)"
+        cost = over.cost(ticket.reserved)
+        asked = "1 request" if over.kind == "requests" else f"{cost} tokens (max_tokens)"
         message = (
             f"client {name!r} is over its limit clients.{name}.limits.{over.key}: "
             f"{found.limit}, {found.remaining} left, this request needs {asked}: retry in "
             f"{wait} s"
         )
-        if over.kind == "tokens" and over.cost > found.limit:
+        if over.kind == "tokens" and cost > found.limit:
             message += ", or ask for fewer max_tokens (this request could never fit)"
         headers = {**_headers(windows, stats), "retry-after": str(wait)}
         return RateLimitedError(message, limit=over.kind, headers=headers)
 
-    def _store(self) -> tuple[FixedWindowRateLimiter, Storage]:
-        """The limiter and its storage, made on first use (inside the event loop)."""
-        if self._limiter is None or self._storage is None:
-            from limits.aio.strategies import FixedWindowRateLimiter
+    def _store(self) -> _Store:
+        """The store, made on first use (inside the event loop): `limits`' asyncio storage,
+        in memory (its synchronous one would start a timer thread per request to expire its
+        counters), or shared, whose errors then come wrapped in `limits`' StorageError."""
+        if self._storage is None:
             from limits.storage import storage_from_string
 
-            storage = storage_from_string(self.uri, wrap_exceptions=True)
-            self._storage = storage  # type: ignore[assignment]
-            self._limiter = FixedWindowRateLimiter(storage)
-        return self._limiter, self._storage  # type: ignore[return-value]
+            self._storage = _Store(storage_from_string(self.uri, wrap_exceptions=self.shared))
+        return self._storage
 
     def _without_store(self, name: str) -> None:
         """A limited client's request while the store fails: admitted without its limits
@@ -374,7 +411,7 @@ class ClientGate:
         while self.store_problem is not None:
             await asyncio.sleep(PROBE_EVERY_S)
             try:
-                _, storage = self._store()
+                storage = self._store()
                 async with asyncio.timeout(self.timeout_s):
                     answers = await storage.check()
             except Exception:
@@ -386,41 +423,67 @@ class ClientGate:
                 self._report()
 
     def release(self, ticket: Ticket) -> None:
-        """A request ended: its slot back at once, its tokens settled in the background."""
+        """A request ended: its slot back at once, its tokens settled (in memory at once, in
+        a shared store in the background)."""
         name = ticket.caller.name
         if ticket.holds_slot:
             self.running[name] = max(0, self.running.get(name, 0) - 1)
-        if ticket.windows and ticket.used != ticket.reserved:
+        if not ticket.windows or ticket.used == ticket.reserved:
+            return
+        store = self._store()
+        if store.sync:  # this process's memory: at once, nothing to wait for
+            for key, expiry, change in self._changes(ticket):
+                store.storage.incr(key, expiry, amount=change)
+        else:
             task = asyncio.ensure_future(self._settle(ticket))
             _SETTLE_TASKS.add(task)
             task.add_done_callback(_SETTLE_TASKS.discard)
 
     async def _settle(self, ticket: Ticket) -> None:
-        """Count what the request used instead of what it reserved: more is added; less is
-        given back while the window it was reserved in lasts (never below zero)."""
+        """A shared store's settlement (in the background: nobody waits for it)."""
         if self.store_problem is not None:
             return
-        _, storage = self._store()
-        change = ticket.used - ticket.reserved
+        storage = self._store()
         try:
             async with asyncio.timeout(self.timeout_s):
-                for window, reset_at in zip(ticket.windows, ticket.resets, strict=True):
-                    key = window.item.key_for(*window.ids)
-                    if change < 0:
-                        same = abs(await storage.get_expiry(key) - reset_at) < 2.0
-                        back = min(-change, await storage.get(key)) if same else 0
-                        if back > 0:
-                            await storage.incr(key, window.item.get_expiry(), -back)
-                    else:
-                        await storage.incr(key, window.item.get_expiry(), change)
+                for key, expiry, change in self._changes(ticket):
+                    await storage.incr(key, expiry, amount=change)
         except Exception as exc:
             self._store_failed(exc)
+
+    @staticmethod
+    def _changes(ticket: Ticket) -> list[tuple[str, int, int]]:
+        """Count what the request used instead of what it reserved: more is added; less is
+        given back while the window it was reserved in lasts (its reset, as the store said at
+        the admission, is still ahead: the reservation is in the counter)."""
+        change, now = ticket.used - ticket.reserved, time.time()
+        return [
+            (window.counter, window.expiry, change)
+            for window, reset_at in zip(ticket.windows, ticket.resets, strict=True)
+            if change > 0 or now < reset_at - _SAME_WINDOW_MARGIN_S
+        ]
 
     async def close(self) -> None:
         if self._probe is not None:
             self._probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._probe
+
+
+def _make_windows(name: str, client: ClientConfig) -> tuple[_Window, ...]:
+    from limits import RateLimitItemPerDay, RateLimitItemPerMinute
+
+    limits, found = client.limits, list[_Window]()
+    if limits.requests_per_minute is not None:
+        rpm = RateLimitItemPerMinute(limits.requests_per_minute, namespace="zest")
+        found.append(_Window.of("requests", "requests_per_minute", rpm, name))
+    if limits.tokens_per_minute is not None:
+        tpm = RateLimitItemPerMinute(limits.tokens_per_minute, namespace="zest")
+        found.append(_Window.of("tokens", "tokens_per_minute", tpm, name))
+    if limits.tokens_per_day is not None:
+        tpd = RateLimitItemPerDay(limits.tokens_per_day, namespace="zest")
+        found.append(_Window.of("tokens", "tokens_per_day", tpd, name))
+    return tuple(found)
 
 
 def _headers(windows: tuple[_Window, ...], stats: list[_Stats]) -> dict[str, str]:
@@ -466,7 +529,7 @@ def _async_uri(storage: str) -> str:
     """ZEST_LIMITS_STORAGE as `limits` names its asyncio storages (redis://... is
     async+redis://...); empty: this process's memory."""
     storage = storage.strip()
-    if not storage:
+    if not storage or storage in (MEMORY, "memory://"):
         return MEMORY
     return storage if storage.startswith("async+") else f"async+{storage}"
 

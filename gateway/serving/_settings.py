@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     # how long a request waits on the store before that.
     limits_storage: str = ""
     limits_on_store_error: Literal["allow", "deny"] = "allow"
-    limits_store_timeout_s: float = Field(default=0.5, gt=0, le=30)
+    limits_store_timeout_s: float = Field(default=2.0, gt=0, le=30)
 
     @classmethod
     def settings_customise_sources(
