@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from zest.engines import Delta
 from zest.errors import LimitsUnavailableError, RateLimitedError, TaskNotAllowedError
@@ -36,6 +36,7 @@ from zest.router import ClientConfig, ClientLimits
 
 if TYPE_CHECKING:
     from limits import RateLimitItem
+    from limits.aio.storage import Storage
 
     from zest.gateway.serving._generation import Generation
 
@@ -96,30 +97,6 @@ class _Window:
 
     def cost(self, reserve: int) -> int:
         return 1 if self.kind == "requests" else reserve
-
-
-class _Store:
-    """`limits`' storage, synchronous (memory) or asyncio (a shared store), awaited alike."""
-
-    def __init__(self, storage: Any) -> None:
-        self.storage = storage
-        self.sync = not asyncio.iscoroutinefunction(storage.incr)
-
-    async def incr(self, key: str, expiry: int, amount: int) -> int:
-        found = self.storage.incr(key, expiry, amount=amount)
-        return int(found if self.sync else await found)
-
-    async def get(self, key: str) -> int:
-        found = self.storage.get(key)
-        return int(found if self.sync else await found)
-
-    async def get_expiry(self, key: str) -> float:
-        found = self.storage.get_expiry(key)
-        return float(found if self.sync else await found)
-
-    async def check(self) -> bool:
-        found = self.storage.check()
-        return bool(found if self.sync else await found)
 
 
 @dataclass(frozen=True)
@@ -233,7 +210,7 @@ class ClientGate:
         self.clock = clock
         self.running: dict[str, int] = {}  # each client's requests admitted and not ended
         self.store_problem: str | None = None  # why the store failed last (None: it answers)
-        self._storage: _Store | None = None
+        self._storage: Storage | None = None
         self._made: dict[tuple[str, ClientLimits], tuple[_Window, ...]] = {}
         self._reported_at: float | None = None
         self._unreported = 0
@@ -337,7 +314,7 @@ class ClientGate:
         ]
 
     @staticmethod
-    async def _stats(storage: _Store, window: _Window) -> _Stats:
+    async def _stats(storage: Storage, window: _Window) -> _Stats:
         count = await storage.get(window.counter)
         return _Stats(
             window.amount, max(0, window.amount - count), await storage.get_expiry(window.counter)
@@ -360,14 +337,17 @@ class ClientGate:
         headers = {**_headers(windows, stats), "retry-after": str(wait)}
         return RateLimitedError(message, limit=over.kind, headers=headers)
 
-    def _store(self) -> _Store:
-        """The store, made on first use (inside the event loop): `limits`' asyncio storage,
-        in memory (its synchronous one would start a timer thread per request to expire its
-        counters), or shared, whose errors then come wrapped in `limits`' StorageError."""
+    def _store(self) -> Storage:
+        """`limits`' asyncio storage, made on first use (inside the event loop): in memory
+        (its synchronous one would start a timer thread per request to expire its counters),
+        or shared, whose errors then come wrapped in `limits`' StorageError."""
         if self._storage is None:
+            from limits.aio.storage import Storage
             from limits.storage import storage_from_string
 
-            self._storage = _Store(storage_from_string(self.uri, wrap_exceptions=self.shared))
+            storage = storage_from_string(self.uri, wrap_exceptions=self.shared)
+            assert isinstance(storage, Storage)  # an async+ URI: an asyncio storage
+            self._storage = storage
         return self._storage
 
     def _without_store(self, name: str) -> None:
@@ -423,24 +403,18 @@ class ClientGate:
                 self._report()
 
     def release(self, ticket: Ticket) -> None:
-        """A request ended: its slot back at once, its tokens settled (in memory at once, in
-        a shared store in the background)."""
+        """A request ended: its slot back at once, its tokens settled in the background."""
         name = ticket.caller.name
         if ticket.holds_slot:
             self.running[name] = max(0, self.running.get(name, 0) - 1)
         if not ticket.windows or ticket.used == ticket.reserved:
             return
-        store = self._store()
-        if store.sync:  # this process's memory: at once, nothing to wait for
-            for key, expiry, change in self._changes(ticket):
-                store.storage.incr(key, expiry, amount=change)
-        else:
-            task = asyncio.ensure_future(self._settle(ticket))
-            _SETTLE_TASKS.add(task)
-            task.add_done_callback(_SETTLE_TASKS.discard)
+        task = asyncio.ensure_future(self._settle(ticket))
+        _SETTLE_TASKS.add(task)
+        task.add_done_callback(_SETTLE_TASKS.discard)
 
     async def _settle(self, ticket: Ticket) -> None:
-        """A shared store's settlement (in the background: nobody waits for it)."""
+        """The settlement, in the background: nobody waits for it."""
         if self.store_problem is not None:
             return
         storage = self._store()
