@@ -132,7 +132,31 @@ async function refreshStatus() {
   ]));
   $("no-models").hidden = info.loaded.length > 0;
   showRoutesFile(routes);
+  await refreshUsage();
   return routes;
+}
+
+// Requests and tokens by client, task and model (GET /v1/usage): everyone's for the admin key,
+// a client's own for its key; a key of ZEST_API_KEYS reads none (403).
+async function refreshUsage() {
+  const answer = await call("/v1/usage");
+  if (answer.status === 403) {
+    fillRows($("usage").tBodies[0], []);
+    $("usage-note").textContent = "Usage is shown to the admin key, and to each named client its own.";
+    return;
+  }
+  const usage = await answer.json();
+  const windows = (row, field) => ["minute", "hour", "day"].map((w) => row[w][field]).join(" / ");
+  fillRows($("usage").tBodies[0], usage.data.map((row) => [
+    row.client, row.task, row.model, windows(row, "requests"), windows(row, "total_tokens"),
+  ]));
+  const clients = Object.entries(usage.clients).map(([name, c]) => {
+    const set = Object.entries(c.limits).filter(([, v]) => v !== null).map(([k, v]) => `${k} ${v}`);
+    return `${name}: ${c.running} running${set.length ? ` (${set.join(", ")})` : ""}`;
+  });
+  $("usage-note").textContent = usage.data.length || clients.length
+    ? clients.join("; ")
+    : "No request yet.";
 }
 
 function countdown(index) {
