@@ -141,8 +141,12 @@ class HybridPipeline:
             self._outbox.flush()  # before the next handoff wait may block
 
     def _admit_handoffs(self, active: dict[int, _Sequence], free: list[int]) -> bool:
-        """Take waiting handoffs into free slots; block only when nothing is decoding."""
+        """Take waiting handoffs into free slots; block only when nothing is decoding, and
+        then only once what was sent went out (a sequence done at its first token, max_tokens
+        1, was retired by its admission: its deltas must not wait for the next handoff)."""
         while free:
+            if not active:
+                self._outbox.flush()
             try:
                 seq = self._handoffs.get(block=not active)
             except queue.Empty:
