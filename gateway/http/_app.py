@@ -80,6 +80,7 @@ from zest.gateway.serving import (
     embed_inputs,
     explain_request,
     explain_task,
+    prompt_to_judge,
     start_choices,
     start_generation,
     tool_use_for,
@@ -430,6 +431,7 @@ async def explain_post(task: str, data: TaskRequest, runtime: Runtime) -> dict[s
     kind: Kind = "completion" if route.kind == "embedding" else route.kind  # text as it is
     prompt = build_prompt(route, kind, messages, data.text())
     tokens = await runtime.count_prompt(routes, route.model, prompt)
+    requested = data.requested_max_tokens()
     return explain_task(
         routes.config,
         runtime.inventory,
@@ -439,6 +441,7 @@ async def explain_post(task: str, data: TaskRequest, runtime: Runtime) -> dict[s
         strict_privacy=runtime.strict_privacy,
         contexts=await runtime.model_contexts(routes),
         device_bytes=runtime.device_bytes,
+        prompt=await prompt_to_judge(runtime, routes, route, prompt, requested=requested),
     )
 
 

@@ -22,6 +22,7 @@ from zest.gateway.serving._generation import (
     start_choices,
     start_generation,
 )
+from zest.gateway.serving._judge import prompt_to_judge
 from zest.gateway.serving._preflight import Preflight, preflight
 from zest.gateway.serving._reload import (
     Reloader,
@@ -75,6 +76,7 @@ __all__ = [
     "explain_task",
     "format_explanation",
     "preflight",
+    "prompt_to_judge",
     "route_request",
     "start_choices",
     "start_generation",

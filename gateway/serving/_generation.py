@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zest.engines import (
@@ -27,7 +27,7 @@ from zest.engines import (
     StageStats,
     Tokenizer,
 )
-from zest.errors import BadRequestError, ContextLengthExceededError, RequestError
+from zest.errors import BadRequestError, RequestError
 from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
@@ -37,14 +37,7 @@ from zest.gateway.serving._runtime import Runtime
 from zest.gateway.serving._timeouts import Deadline, first_delta, next_delta
 from zest.gateway.serving._tokens import Tokens
 from zest.gateway.serving._tools import ToolUse
-from zest.policies import (
-    Budget,
-    Fitted,
-    Trimmed,
-    fit_prompt,
-    plan_budget,
-    prompt_limit,
-)
+from zest.policies import Budget, Fitted, Trimmed, attempt_terms, fit_attempt
 from zest.router import (
     Attempt,
     Decision,
@@ -256,8 +249,8 @@ async def start_generation(
     name, route = routed.task, routed.route
     if privacy_of is not None:
         route = tightened(route, privacy_of)
-    with _decision_told(routed, trace=bool(body.route_trace)):
-        _check_tools(name, route, tools)
+    with decision_told(routed, trace=bool(body.route_trace)):
+        check_tools(name, route, tools)
         asked = build_prompt(route, kind, messages, prompt, tools, suffix=suffix)
         deadline = Deadline.start(name, route.timeouts)
         counted = await runtime.count_prompt(routes, route.model, asked)
@@ -277,7 +270,7 @@ async def start_generation(
 
 
 @contextlib.contextmanager
-def _decision_told(routed: Routed, *, trace: bool) -> Iterator[None]:
+def decision_told(routed: Routed, *, trace: bool) -> Iterator[None]:
     """A request error raised once the task's rules chose the route is told their decision
     (a task without rules has nothing to tell)."""
     try:
@@ -361,7 +354,7 @@ def request_needs(
     )
 
 
-def _check_tools(name: str, route: RouteConfig, tools: ToolUse | None) -> None:
+def check_tools(name: str, route: RouteConfig, tools: ToolUse | None) -> None:
     if tools is None:
         return
     if route.tools == "deny":
@@ -486,46 +479,26 @@ class _Walk:
         )
 
     def _fit(self, tokenizer: Tokenizer | None, info: EngineInfo) -> tuple[Fitted, Budget, Prompt]:
-        """Budget this attempt with its own tokenizer and context (runs in a thread); the
-        prompt to send, in the tokenizer's tokens (each variant is encoded once, and the
-        planning count of the request's prompt is reused)."""
-        route, requested = self.plan.route, self.body.requested_max_tokens()
-        context = info.context_length or None  # 0: a remote model that declares none
-        trimming = route.context.on_overflow == "trim" or self.body.trims_to_fit()
-        limit = prompt_limit(
-            task=self.plan.task,
-            max_prompt_tokens=route.context.max_prompt_tokens,
-            context_length=context,
-            reserve=min(requested or route.max_tokens, route.max_tokens),
-            trimming=trimming,
-        )
+        """Budget this attempt with its own tokenizer and context (runs in a thread), as
+        explain judges it (policies.fit_attempt); the prompt to send, in the tokenizer's
+        tokens (each variant is encoded once, and the planning count is reused)."""
         tokens = Tokens(self.prompt, tokenizer)
-        if not trimming and (limit is not None or context is not None):
-            most, why = (limit.tokens, limit.why) if limit else (context, "its context")
-            _refuse_by_length(tokens, info.model, most or 0, why)
-        fitted = fit_prompt(
+        fit = fit_attempt(
             self.prompt.messages,
-            count=tokens.count,
-            limit=limit,
-            trim=route.trim_mode if trimming else None,
-            model=info.model,
+            measure=tokens,
+            terms=attempt_terms(
+                self.plan.task,
+                self.plan.route,
+                info.model,
+                info.context_length or None,  # 0: a remote model that declares none
+                requested=self.body.requested_max_tokens(),
+                trims_to_fit=self.body.trims_to_fit(),
+            ),
         )
-        if fitted.trimmed is not None and tokens.floor(self.prompt.messages) is not None:
-            fitted = replace(fitted, trimmed=replace(fitted.trimmed, at_least=True))
-        budget = plan_budget(
-            prompt_tokens=fitted.prompt_tokens,
-            requested=requested,
-            route_cap=route.max_tokens,
-            context_length=context,
-            model=info.model,
-        )
-        prompt = tokens.variant(fitted.messages)
-        if tokenizer is None:
-            return fitted, budget, prompt
-        prompt = prompt.encoded_by(tokenizer)
-        if not prompt.tokens:  # nothing to prefill: a model needs at least one token
-            raise BadRequestError("the prompt is empty: send some text", param="prompt")
-        return fitted, budget, prompt
+        prompt = tokens.variant(fit.fitted.messages)
+        if tokenizer is not None:
+            prompt = prompt.encoded_by(tokenizer)
+        return fit.fitted, fit.budget, prompt
 
     def _job(self, prompt: Prompt, budget: Budget, label: str) -> GenerationJob:
         route, body = self.plan.route, self.body
@@ -558,20 +531,6 @@ class _Walk:
             if self.tools
             else _response_format(route, body),
         )
-
-
-def _refuse_by_length(tokens: Tokens, model: str, most: int, why: str) -> None:
-    """A prompt too long for the model by its length alone is refused before it is tokenized
-    (an 8 MB prompt costs seconds of CPU to count, for an answer known in advance)."""
-    floor, tokenizer = tokens.floor(tokens.prompt.messages), tokens.tokenizer
-    if floor is None or tokenizer is None or floor <= most:
-        return
-    characters = sum(len(m["content"]) for m in tokens.prompt.messages)
-    raise ContextLengthExceededError(
-        f"the prompt is at least {floor} tokens ({characters} characters; no token of model "
-        f"{model!r} spans more than {tokenizer.max_token_bytes} bytes), over the limit of "
-        f"{most} ({why}): shorten the messages or the prompt"
-    )
 
 
 def _response_format(route: RouteConfig, body: SamplingFields) -> ResponseFormat | None:

@@ -591,6 +591,7 @@ def test_zest_explain_prints_the_policies_and_strict_privacy(routes_file: Path) 
         "attempt 1: smollm2 on cpu: fallback 1 (smollm2): device cpu pinned by the fallback entry",
         "  budget: fits (up to 4 tokens of answer)",
         "removed: remote: ZEST_PRIVACY=strict: no remote engine may be reached",
+        "answer: 200 from attempt 1, smollm2 on cpu",
     ]
 
 
