@@ -37,14 +37,14 @@ def plan_budget(
         wanted = min(requested or route_cap, route_cap)
         clamped = requested is not None and requested > route_cap
         return Budget(prompt_tokens, wanted, clamped_from=requested if clamped else None)
-    if requested is not None and requested > context_length:
+    room = context_length - prompt_tokens
+    if requested is not None and requested > context_length and room >= 1:
         raise BadRequestError(
             f"max_tokens is {requested} but model {model!r} has a context of {context_length} "
-            f"tokens: ask for at most {context_length - prompt_tokens}",
+            f"tokens: ask for at most {room}",
             param="max_tokens",
         )
-    room = context_length - prompt_tokens
-    if room < 1:
+    if room < 1:  # the prompt alone fills the context: no max_tokens would help
         raise ContextLengthExceededError(
             f"this model's maximum context length is {context_length} tokens, but the prompt is "
             f"{prompt_tokens} tokens ({model!r}): shorten the messages or the prompt"

@@ -57,3 +57,13 @@ def test_an_absurd_max_tokens_is_a_bad_request() -> None:
     assert info.value.message == (
         "max_tokens is 1000000000 but model 'm' has a context of 1024 tokens: ask for at most 1014"
     )
+
+
+def test_a_prompt_that_fills_the_context_is_the_error_whatever_max_tokens_asks() -> None:
+    """Not 'ask for at most -654' (found by tests/e2e/test_explain_serves.py)."""
+    with pytest.raises(ContextLengthExceededError) as info:
+        budget(1500, 10**5)
+    assert info.value.message == (
+        "this model's maximum context length is 1024 tokens, but the prompt is 1500 tokens "
+        "('m'): shorten the messages or the prompt"
+    )
