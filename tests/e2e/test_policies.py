@@ -595,6 +595,34 @@ def test_zest_explain_prints_the_policies_and_strict_privacy(routes_file: Path) 
     ]
 
 
+def test_explain_request_answers_what_the_server_answers_for_one_long_message(
+    zest: Server, routes_file: Path, tmp_path: Path
+) -> None:
+    """The issue's case: one message over the route's max_prompt_tokens, trim by turns. The
+    server answers 400 (the only turn cannot be dropped); explain said 'trimmed ... about N
+    cut'. Now `zest explain --request` prints the server's own answer."""
+    request = {"messages": [{"role": "user", "content": LONG}]}
+    served = post(zest, "trimmed", request)
+    assert served.status_code == 400, served.text
+    error = served.json()["error"]
+    assert "cannot be trimmed to the limit of 120" in error["message"]
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps(request))
+    result = subprocess.run(
+        [str(ZEST), "explain", "trimmed", "--request", str(body), "--routes", str(routes_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        check=False,
+        env={**os.environ, "ZEST_EMULATE_DEVICES": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    budget, answer = result.stdout.splitlines()[-2:]
+    assert budget == f"  budget: rejected (400 context_length_exceeded): {error['message']}"
+    assert answer == f"answer: 400 context_length_exceeded: {error['message']}"
+
+
 def test_the_model_list_says_a_remote_route_goes_to_its_upstream(zest: Server) -> None:
     models = httpx.get(f"{zest.v1}/models", timeout=30).json()["data"]
     devices = {entry["id"]: entry["zest"]["device"] for entry in models}
