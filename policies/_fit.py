@@ -6,6 +6,10 @@ in serving and in `explain --request`; one token per character for a prompt know
 size), the limits as `AttemptTerms`. The result is the prompt as it will be sent (trimmed or
 not) and the completion's budget, or the error the request is answered with (400
 context_length_exceeded, a max_tokens the context cannot hold, an empty prompt).
+
+Each attempt's prompt limit is its own model's: the route's `context.max_prompt_tokens` bounds
+the route's own model; a fallback to another model is judged against that model's window, so
+`on_overflow: fallback` reaches the bigger model it exists for.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ class AttemptTerms:
     task: str
     model: str
     context_length: int | None  # None: not known here (a remote model that declares none)
-    max_prompt_tokens: int | None  # the route's
+    max_prompt_tokens: int | None  # the route's, for its own model only
     route_cap: int  # the route's max_tokens
     requested: int | None  # the request's max_tokens
     trim: Strategy | None  # how an over-long prompt is trimmed (None: it is refused)
@@ -94,14 +98,15 @@ def attempt_terms(
     requested: int | None,
     trims_to_fit: bool = False,
 ) -> AttemptTerms:
-    """The terms of an attempt on `model` for `route`. `trims_to_fit`: the request asks for
-    trimming whatever the route's on_overflow says."""
+    """The terms of an attempt on `model` for `route`: the route's max_prompt_tokens binds its
+    own model (on any device); another model's attempt is judged by that model's context.
+    `trims_to_fit`: the request asks for trimming whatever the route's on_overflow says."""
     trimming = route.context.on_overflow == "trim" or trims_to_fit
     return AttemptTerms(
         task=task,
         model=model,
         context_length=context_length,
-        max_prompt_tokens=route.context.max_prompt_tokens,
+        max_prompt_tokens=route.context.max_prompt_tokens if model == route.model else None,
         route_cap=route.max_tokens,
         requested=requested,
         trim=route.trim_mode if trimming else None,

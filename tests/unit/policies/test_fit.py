@@ -1,5 +1,5 @@
 """One attempt's prompt and budget (policies.fit_attempt): what serving runs on each attempt and
-explain prints, and explain's wording of it."""
+explain prints, the per-attempt limit of an overflow fallback, and explain's wording of it."""
 
 from __future__ import annotations
 
@@ -146,3 +146,37 @@ def test_an_empty_prompt_counted_by_the_model_s_tokenizer_is_refused() -> None:
         fit_attempt(uniform_prompt(0), measure=UniformMeasure(exact=True), terms=held)
     assert info.value.message == "the prompt is empty: send some text"
     assert info.value.param == "prompt"
+
+
+# --- the overflow fallback is judged per attempt ------------------------------------------------
+
+
+def test_the_route_s_max_prompt_tokens_binds_its_own_model_only() -> None:
+    """A fallback to another model is judged by that model's window: on_overflow: fallback
+    reaches the bigger model it exists for."""
+    given = route(
+        context={"max_prompt_tokens": 200, "on_overflow": "fallback"}, fallback=[{"model": "big"}]
+    )
+    assert terms(given).max_prompt_tokens == 200
+    assert terms(given, model="big").max_prompt_tokens is None
+    assert refusal(584, given).startswith("the prompt is 584 tokens, over the limit of 200 ")
+    found, _ = fit(584, given, model="big", window=32768)
+    assert (found.fitted.prompt_tokens, found.budget.max_tokens) == (584, 256)
+
+
+def test_a_fallback_beyond_its_own_window_still_overflows() -> None:
+    given = route(context={"max_prompt_tokens": 200, "on_overflow": "fallback"})
+    assert refusal(5000, given, model="big", window=4096) == (
+        "this model's maximum context length is 4096 tokens, but the prompt is 5000 tokens "
+        "('big'): shorten the messages or the prompt"
+    )
+
+
+def test_a_trimming_fallback_trims_to_its_own_window() -> None:
+    given = route(context={"max_prompt_tokens": 200, "on_overflow": "trim", "trim": "middle"})
+    own, _ = fit(3000, given)
+    bigger, _ = fit(3000, given, model="big", window=4096)
+    assert own.limit is not None
+    assert own.limit.tokens == 200
+    assert bigger.limit is not None
+    assert bigger.limit.tokens == 4096 - 256
