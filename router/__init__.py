@@ -26,7 +26,13 @@ from zest.router._rules import (
     Rule,
     SimilarTo,
 )
-from zest.router._rules_check import phrases_of, rule_warnings, tightened, walk_conditions
+from zest.router._rules_check import (
+    condition_routes,
+    phrases_of,
+    rule_warnings,
+    tightened,
+    walk_conditions,
+)
 from zest.router._rules_text import condition_text, rules_summary
 from zest.router._schema import (
     ENGINE_MODELS,
@@ -89,6 +95,7 @@ __all__ = [
     "ascii_fold",
     "check_json_schema",
     "check_routes",
+    "condition_routes",
     "condition_text",
     "decide",
     "find_route",

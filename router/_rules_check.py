@@ -12,6 +12,7 @@ from zest.router._rules import Classify, Condition, Rule, SimilarTo
 from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 
 __all__ = [
+    "condition_routes",
     "file_phrase_problems",
     "phrases_of",
     "rule_problems",
@@ -38,6 +39,20 @@ def walk_conditions(condition: Condition, at: str) -> Iterator[tuple[Condition, 
             yield from walk_conditions(child, f"{at}.{kind}.{number}")
     if condition.not_ is not None:
         yield from walk_conditions(condition.not_, f"{at}.not")
+
+
+def condition_routes(config: RoutesFile) -> dict[str, list[tuple[str, str]]]:
+    """The routes that model-backed conditions run (a similar_to's or a classify's `via`),
+    each with the rules that name it, as (task, rule id), in the file's order."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for task, route in config.routes.items():
+        for rule in route.rules:
+            for condition, _ in walk_conditions(rule.when, ""):
+                for backed in (condition.similar_to, condition.classify):
+                    users = found.setdefault(backed.via, []) if backed is not None else None
+                    if users is not None and (task, rule.id) not in users:
+                        users.append((task, rule.id))
+    return found
 
 
 def phrases_of(config: RoutesFile, route: RouteConfig) -> dict[str, tuple[str, ...]]:

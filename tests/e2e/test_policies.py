@@ -152,7 +152,7 @@ def routes_file(tmp_path_factory: pytest.TempPathFactory, upstream_proxy: Proxy)
 def zest(tmp_path_factory: pytest.TempPathFactory, routes_file: Path) -> Iterator[Server]:
     # debug: the most talkative log level, so that the privacy test greps everything
     env = {"ZEST_LOG_LEVEL": "debug", "ZEST_EMULATE_DEVICES": "", "ZEST_PRIVACY": "standard"}
-    # private-npu can never run here: readiness stays 503 (degraded) once the start is done.
+    # private-npu can never run here: readiness stays 503 (unservable) once the start is done.
     running = start_server(
         routes_file, tmp_path_factory.mktemp("zest") / "zest.log", env, until="warm"
     )
