@@ -97,11 +97,15 @@ def attempt_terms(
     *,
     requested: int | None,
     trims_to_fit: bool = False,
+    context_cap: int | None = None,
 ) -> AttemptTerms:
     """The terms of an attempt on `model` for `route`: the route's max_prompt_tokens binds its
     own model (on any device); another model's attempt is judged by that model's context.
-    `trims_to_fit`: the request asks for trimming whatever the route's on_overflow says."""
+    `trims_to_fit`: the request asks for trimming whatever the route's on_overflow says;
+    `context_cap`: a smaller context the request asks for (Ollama's num_ctx), never a larger."""
     trimming = route.context.on_overflow == "trim" or trims_to_fit
+    if context_cap is not None and (context_length is None or context_cap < context_length):
+        context_length = context_cap
     return AttemptTerms(
         task=task,
         model=model,

@@ -174,6 +174,7 @@ async def explain_request(
             prompt,
             requested=parsed.body.requested_max_tokens(),
             trims_to_fit=parsed.body.trims_to_fit(),
+            context_cap=parsed.body.context_cap(),
         ),
     )
     decision = routed.decision.as_dict(with_trace=True) if routed.decision else None

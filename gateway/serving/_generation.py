@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -94,6 +95,8 @@ class Generation:
     decision: Decision | None = None
     trace: bool = False
     ruled: bool = False  # the task has rules (they read the request's metadata)
+    # Seconds the serving attempt waited for its engine: its load, when the request caused one.
+    load_s: float = 0.0
 
     @property
     def approximate(self) -> bool:
@@ -447,9 +450,9 @@ class _Walk:
 
     async def _try(self, attempt: Attempt) -> Generation:
         self.deadline.check()
-        self.loading = True
+        self.loading, asked = True, time.perf_counter()
         lease = await self.runtime.acquire(self.routes, attempt.model, attempt.placement)
-        self.loading = False
+        self.loading, load_s = False, time.perf_counter() - asked
         info, tokenizer = lease.info, lease.engine.tokenizer()
         try:
             fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
@@ -476,6 +479,7 @@ class _Walk:
             deadline=self.deadline,
             counted_approximately=tokenizer is None,
             tools=self.tools,
+            load_s=load_s,
         )
 
     def _fit(self, tokenizer: Tokenizer | None, info: EngineInfo) -> tuple[Fitted, Budget, Prompt]:
@@ -493,6 +497,7 @@ class _Walk:
                 info.context_length or None,  # 0: a remote model that declares none
                 requested=self.body.requested_max_tokens(),
                 trims_to_fit=self.body.trims_to_fit(),
+                context_cap=self.body.context_cap(),
             ),
         )
         prompt = tokens.variant(fit.fitted.messages)

@@ -47,6 +47,7 @@ class PromptToJudge:
     measures: Mapping[str, Measure]
     requested: int | None = None  # the request's max_tokens
     trims_to_fit: bool = False  # the Responses API's truncation: auto
+    context_cap: int | None = None  # a smaller context asked for (Ollama's num_ctx)
     sized: bool = False  # known only by its size: one message of that many tokens
 
     @classmethod
@@ -67,6 +68,7 @@ async def prompt_to_judge(
     *,
     requested: int | None = None,
     trims_to_fit: bool = False,
+    context_cap: int | None = None,
 ) -> PromptToJudge:
     """`prompt` measured by each model of the route's chain as its attempt would: its own
     tokenizer (read without weights), or approximately (a remote model, or one whose
@@ -78,7 +80,7 @@ async def prompt_to_judge(
         except (ServiceUnavailableError, EngineError):
             tokenizer = None
         measures[model] = Tokens(prompt, tokenizer)
-    return PromptToJudge(prompt.messages, measures, requested, trims_to_fit)
+    return PromptToJudge(prompt.messages, measures, requested, trims_to_fit, context_cap)
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,7 @@ def _verdict(
         contexts.get(attempt.model),
         requested=prompt.requested,
         trims_to_fit=prompt.trims_to_fit,
+        context_cap=prompt.context_cap,
     )
     try:
         fit = fit_attempt(prompt.messages, measure=measure, terms=terms)
