@@ -14,10 +14,13 @@ route's `timeouts` (a loaded machine may miss a 2-second first token: a timing, 
 a remote upstream (a loopback fake answers for it: an answer, not a refusal), and a model file
 this machine lacks (local-file.yaml's: the bundled SmolLM2 stands in, the routes unchanged).
 
-Runtime, bounded for CI: ZEST_EXPLAIN_EXAMPLES requests per file (default 6: 54 requests over
-the nine files, derandomized so CI replays the same ones); prompts stay under about 3,000
-tokens. About 4 minutes on the 2-core machine under a load of 3-5, most of it the nine server
-starts and the prefill of the longest prompts (the streams are closed at their first token).
+Runtime, bounded for CI: ZEST_EXPLAIN_EXAMPLES requests per file (default 4: 36 requests over
+the nine files), derandomized so CI replays the same ones, never shrunk (a failure prints its
+request instead: each example costs a server's answer); the last message stays under about
+1,300 tokens, the streams are closed at their first token. Measured on the 2-core machine at a
+load of 12-15 (other suites running): 13 minutes, 4 of them the nine server starts (at 6
+examples per file and messages to 2,000 tokens: 19 minutes). Raise ZEST_EXPLAIN_EXAMPLES to
+explore further.
 """
 
 from __future__ import annotations
