@@ -176,9 +176,16 @@ def _refuse_by_length(
     )
 
 
-def describe_fit(fit: AttemptFit, terms: AttemptTerms, *, exact: bool = True) -> str:
+def describe_fit(
+    fit: AttemptFit,
+    terms: AttemptTerms,
+    *,
+    exact: bool = True,
+    unknown: str = "the upstream's undeclared context has the last word",
+) -> str:
     """What the attempt does to the prompt, as explain prints it: it fits (and how much answer
-    it leaves), or it is trimmed (by how much; `exact` False: counted approximately)."""
+    it leaves), or it is trimmed (by how much; `exact` False: counted approximately).
+    `unknown`: what a context not known here means for this attempt."""
     trimmed, budget, limit = fit.fitted.trimmed, fit.budget, fit.limit
     if trimmed is not None and limit is not None:
         cut = f"{'' if exact else 'about '}{trimmed.trimmed_tokens} cut"
@@ -191,7 +198,7 @@ def describe_fit(fit: AttemptFit, terms: AttemptTerms, *, exact: bool = True) ->
     answer = f"up to {budget.max_tokens} tokens of answer"
     context = terms.context_length
     if context is None:
-        return f"fits ({answer}; the upstream's undeclared context has the last word)"
+        return f"fits ({answer}; {unknown})"
     wanted = min(terms.requested or terms.route_cap, terms.route_cap)
     if budget.max_tokens < wanted:
         room = budget.max_tokens

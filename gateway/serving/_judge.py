@@ -97,8 +97,11 @@ class AttemptVerdict:
 
     def text(self) -> str:
         """The `budget` line of explain."""
-        if self.fit is not None:
+        if self.fit is not None and self.attempt.remote:
             return describe_fit(self.fit, self.terms, exact=self.exact)
+        if self.fit is not None:  # a local model's context is unknown when its file is
+            unread = "its model's file could not be read: the attempt will not load"
+            return describe_fit(self.fit, self.terms, exact=self.exact, unknown=unread)
         assert self.error is not None
         if self.moves_on is not None:
             return f"moves on to the next attempt ({self.moves_on}): {self.error.message}"
