@@ -119,6 +119,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, proxy: Proxy) -> Iterator[S
     path = folder / "routes.yaml"
     path.write_text(yaml.safe_dump(routes, sort_keys=False))
     running = start_server(path, folder / "zest.log", {"ZEST_WATCH": "false"})
+    # The rules' model-backed conditions have time limits (timeout_s): their models are
+    # loaded first, so that no case's decision depends on how long a load takes here.
+    for task in ("classifier", "embed"):
+        loaded = httpx.post(f"{running.v1}/load", json={"model": task}, timeout=300)
+        assert loaded.status_code == 200, loaded.text
     yield running
     stop_server(running)
 

@@ -143,7 +143,9 @@ def test_chat_streams_a_line_per_piece_of_text(client: ollama.Client) -> None:
     assert last.eval_count
     text = "".join(part.message.content or "" for part in parts)
     assert text.strip()
-    assert last.eval_count >= len(parts) - 2  # a line per delta, never buffered into one
+    # A line per piece of text as the engine yields it (a token's, or a few bytes a character
+    # needs), never the answer buffered into a few lines.
+    assert last.eval_count // 2 <= len(parts) - 1 <= last.eval_count
 
 
 def test_generate_on_a_chat_task_uses_its_system_and_streams(client: ollama.Client) -> None:
@@ -430,7 +432,7 @@ def test_bad_bodies_get_ollamas_400_saying_what_to_fix(served: Server) -> None:
         ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "temprature": 1},
          "temprature: unknown parameter: remove it (docs/ollama.md lists them)"),
         ({"model": "chat", "prompt": "hi", "options": {"temperature": 5}},
-         "options.temperature: Input should be less than or equal to 2, got 5: send a number"),
+         "options.temperature: Input should be less than or equal to 2, got 5"),
         ({"model": "chat", "prompt": "hi", "options": {"num_gpux": 1}},
          "options: 'num_gpux' is not one of Ollama's options: did you mean 'num_gpu'? "
          "(docs/ollama.md lists them)"),
