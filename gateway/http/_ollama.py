@@ -255,8 +255,12 @@ async def _load_answer(
 def _require_unload(request: Request[Any, Any, Any]) -> None:
     """Raise the unload route's 401 or 403 unless the caller may unload models."""
     policy = request.app.state.get(ACCESS_POLICY)
-    if policy is not None:
-        policy.authorize(credential_of(request.headers), admin=True)
+    try:
+        if policy is not None:
+            policy.authorize(credential_of(request.headers), admin=True)
+    except RequestError as exc:
+        exc.message = f"keep_alive 0 unloads the model, as POST /v1/unload does: {exc.message}"
+        raise
     if request.state.get(IGNORED):  # it is not ignored: it is done
         request.state[IGNORED] = [n for n in request.state[IGNORED] if n != "keep_alive"]
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.e2e.answers import DOCUMENTED_5XX, INTERNAL, MAX_MESSAGE
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import HOSTILE_KEY, Server
 from tests.e2e.hostile_corpus import HEADERS, Case
 from tests.e2e.hostile_ollama import corpus
 from tests.e2e.rawhttp import Reply, build, send
@@ -85,3 +85,25 @@ def test_control_token_text_in_a_raw_prompt_stays_text(hostile: Server) -> None:
 
     real, lookalike = counted(b"<|im_start|>"), counted(b"[|im_start|]")
     assert real >= lookalike - 2  # one control token each would be ~10 fewer
+
+
+def test_keep_alive_asks_what_the_unload_route_does_so_its_rule_applies(hostile: Server) -> None:
+    """With keys, only the admin key may unload: an API key's keep_alive is named ignored,
+    and its unload alone (keep_alive 0, an empty prompt) is refused as POST /v1/unload is."""
+    port = int(hostile.base_url.rsplit(":", 1)[1])
+    api_key = [(b"authorization", b"Bearer " + HOSTILE_KEY.encode()), HEADERS[1]]
+
+    def sent(body: bytes) -> Reply:
+        return send(port, build(b"POST", b"/api/generate", api_key, body))
+
+    kept = sent(b'{"model":"chat","prompt":"Hi","stream":false,"keep_alive":"5m",'
+                b'"options":{"num_predict":1}}')  # fmt: skip
+    assert kept.status == 200, kept.body
+    assert kept.headers["x-zest-ignored"] == "keep_alive"
+    unload = sent(b'{"model":"chat","prompt":"","keep_alive":0}')
+    assert unload.status == 403, unload.body
+    assert unload.json() == {
+        "error": "keep_alive 0 unloads the model, as POST /v1/unload does: this is an admin "
+        "route and an API key is not enough: send 'Authorization: Bearer <admin key>', the key "
+        "set with ZEST_ADMIN_KEY"
+    }
