@@ -1,5 +1,5 @@
-"""What a dialect costs over the OpenAI path for the same request: Ollama's /api/chat against
-/v1/chat/completions, through the same server, in one run.
+"""What a dialect costs over the OpenAI path for the same request: Ollama's /api/chat and
+Anthropic's /v1/messages against /v1/chat/completions, through the same server, in one run.
 
     .venv/bin/python -m zest.bench.dialects [--pairs 300] [--out dialects.json]
 
@@ -89,16 +89,19 @@ def _requests(base: str, stream: bool) -> dict[str, Callable[[httpx.Client], Non
 
         return call
 
+    anthropic = {"model": "chat", "messages": MESSAGES, "max_tokens": 16, "stream": stream}
     return {
         "openai": send(f"{base}/v1/chat/completions", openai),
         "ollama": send(f"{base}/api/chat", ollama),
+        "anthropic": send(f"{base}/v1/messages", anthropic),
     }
 
 
 def _measure(client: httpx.Client, calls: dict[str, Any], pairs: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in calls}
     for index in range(pairs + 20):
-        order = list(calls) if index % 2 == 0 else list(reversed(calls))
+        names = list(calls)  # each starts a round in turn: the noise falls on all alike
+        order = names[index % len(names) :] + names[: index % len(names)]
         for name in order:
             started = time.perf_counter()
             calls[name](client)
@@ -110,12 +113,13 @@ def _measure(client: httpx.Client, calls: dict[str, Any], pairs: int) -> dict[st
 def _summary(times: dict[str, list[float]]) -> dict[str, Any]:
     p50 = {name: percentile(sorted(values), 50) for name, values in times.items()}
     p95 = {name: percentile(sorted(values), 95) for name, values in times.items()}
+    dialects = [name for name in times if name != "openai"]
     return {
         "requests_each": len(times["openai"]),
         "p50_ms": {name: round(value, 3) for name, value in p50.items()},
         "p95_ms": {name: round(value, 3) for name, value in p95.items()},
-        "ollama_over_openai_p50_ms": round(p50["ollama"] - p50["openai"], 3),
-        "ollama_to_openai_p50_ratio": round(p50["ollama"] / p50["openai"], 3),
+        **{f"{d}_over_openai_p50_ms": round(p50[d] - p50["openai"], 3) for d in dialects},
+        **{f"{d}_to_openai_p50_ratio": round(p50[d] / p50["openai"], 3) for d in dialects},
     }
 
 

@@ -100,6 +100,7 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         started, exchange = time.perf_counter(), _Exchange()
+        target = _target(scope)  # as sent: a mounted app's router rewrites the scope's path
 
         async def watched_receive() -> Message:
             message = await receive()
@@ -121,7 +122,7 @@ class AccessLog:
                 '%s - "%s %s HTTP/%s" %d %s %s %.3fs%s',
                 _client(scope),
                 scope["method"],
-                redact_query(_target(scope)),
+                redact_query(target),
                 scope.get("http_version", "1.1"),
                 status,
                 exchange.request_id,

@@ -30,6 +30,7 @@ from zest.gateway.http._answers import (
     ResponseObject,
     answers,
 )
+from zest.gateway.http._anthropic import ANTHROPIC_HANDLERS
 from zest.gateway.http._auth import PUBLIC_PATHS
 from zest.gateway.http._body import JsonBodyPlugin, read_empty_body
 from zest.gateway.http._dialect import dialect_of
@@ -41,6 +42,7 @@ from zest.gateway.http._exchange import (
     unless_disconnected,
 )
 from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
+from zest.gateway.http._mcp import McpMount
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
     METRICS,
@@ -518,6 +520,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         completions,
         embeddings,
         responses,
+        *ANTHROPIC_HANDLERS,
         task_endpoint,
         list_models,
         retrieve_model,
@@ -533,6 +536,8 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         openapi_json,
     ]
     metrics = Metrics(runtime)
+    mcp = McpMount(runtime, metrics, security.max_body_bytes)
+    reloader.observers.append(mcp.routes_changed)
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -541,6 +546,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         try:
             yield
         finally:
+            await mcp.close()
             await reloader.stop()
             await runtime.close()
 
@@ -562,6 +568,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             # Ollama's API, beside /api/v1 (no path of one is a path of the other).
             Router("/api", route_handlers=[*OLLAMA_GENERATION, *OLLAMA_MODELS, *OLLAMA_PULL]),
             prometheus_metrics,  # also at the top level, where scrapers look by default
+            mcp.handler(),  # POST /mcp: the tasks as MCP tools
             web_page,
             web_asset,
         ],

@@ -10,7 +10,7 @@ handlers, the metrics (`zest_requests_total`'s `dialect` label) and the access l
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DIALECT", "NO_DIALECT", "OPENAI", "Dialect", "ErrorShape", "dialect_of"]
@@ -26,6 +26,8 @@ class Dialect:
 
     name: str
     error_shape: ErrorShape | None = None
+    # The JSON Schema of its error body, for the OpenAPI document (None: OpenAI's).
+    error_schema: dict[str, Any] | None = field(default=None, hash=False, compare=False)
 
     def shaped(self, status: int, body: dict[str, Any]) -> tuple[int, Any]:
         return (status, body) if self.error_shape is None else self.error_shape(status, body)

@@ -1,6 +1,7 @@
 """What serves a request apart from HTTP: the runtime (routes in force, inventory, engine
 pool), a request's walk through its plan, explain, hot reload, timeouts and settings."""
 
+from zest.gateway.serving._anthropic import CountTokensRequest, MessagesRequest
 from zest.gateway.serving._decision import (
     ExplainRequest,
     decide_request,
@@ -21,6 +22,14 @@ from zest.gateway.serving._generation import (
     route_request,
     start_choices,
     start_generation,
+)
+from zest.gateway.serving._mcp_inputs import (
+    ChatToolInput,
+    EmbeddingToolInput,
+    PromptToolInput,
+    ToolInput,
+    input_schema,
+    tool_input_of,
 )
 from zest.gateway.serving._model_files import ModelFile, model_file, remove_model_file
 from zest.gateway.serving._ollama_models import (
@@ -73,13 +82,17 @@ __all__ = [
     "Bars",
     "ChatMessage",
     "ChatRequest",
+    "ChatToolInput",
     "CompletionRequest",
+    "CountTokensRequest",
     "Drain",
     "Embedded",
     "EmbeddingRequest",
+    "EmbeddingToolInput",
     "ExplainRequest",
     "Generation",
     "KeepAlive",
+    "MessagesRequest",
     "ModelCard",
     "ModelFile",
     "OllamaChatRequest",
@@ -89,6 +102,7 @@ __all__ = [
     "OllamaModelRequest",
     "OllamaPullRequest",
     "Preflight",
+    "PromptToolInput",
     "Pulled",
     "Reloader",
     "RequestEvents",
@@ -98,6 +112,7 @@ __all__ = [
     "Settings",
     "TaskRequest",
     "ToolAnswer",
+    "ToolInput",
     "apply_keep_alive",
     "build_prompt",
     "close_all",
@@ -108,6 +123,7 @@ __all__ = [
     "explain_request",
     "explain_task",
     "format_explanation",
+    "input_schema",
     "load_task",
     "model_card",
     "model_cards",
@@ -119,6 +135,7 @@ __all__ = [
     "running_cards",
     "start_choices",
     "start_generation",
+    "tool_input_of",
     "tool_use_for",
     "unload_task",
 ]

@@ -7,11 +7,14 @@ came in by. A dialect is only a label: the decision is the one pure function's.
 
 SENDERS maps a dialect to a function that sends a case's text its way; a new dialect adds
 its sender there. Cases that need what a dialect cannot say (metadata, which Ollama's API has
-no field for; a queue held full) are sent only where they can be.
+no field for; a queue held full) are sent only where they can be; a sender answers None for a
+case its dialect cannot say (a completion prompt in Anthropic's Messages API, tools in an MCP
+tool call).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,7 +45,7 @@ class Case:
     tools: list[dict[str, Any]] | None = None
 
 
-Sender = Callable[[Server, Case], httpx.Response]
+Sender = Callable[[Server, Case], httpx.Response | None]
 
 
 def send_openai(server: Server, case: Case) -> httpx.Response:
@@ -67,7 +70,55 @@ def send_ollama(server: Server, case: Case) -> httpx.Response:
     return httpx.post(f"{server.base_url}/api/chat", json=body | {"stream": False}, timeout=900)
 
 
-SENDERS: dict[str, Sender] = {"openai": send_openai, "ollama": send_ollama}
+def send_anthropic(server: Server, case: Case) -> httpx.Response | None:
+    if case.prompt is not None:
+        return None  # Anthropic's Messages API has no completions
+    body: dict[str, Any] = {"model": case.task, "messages": case.messages, "max_tokens": 1}
+    if case.tools:
+        body["tools"] = [
+            {
+                "name": tool["function"]["name"],
+                "description": tool["function"].get("description", ""),
+                "input_schema": tool["function"].get("parameters", {"type": "object"}),
+            }
+            for tool in case.tools
+        ]
+    headers = {"anthropic-version": "2023-06-01"}
+    return httpx.post(f"{server.v1}/messages", json=body, headers=headers, timeout=300)
+
+
+def send_mcp(server: Server, case: Case) -> httpx.Response | None:
+    """A tools/call of the task (the official mcp client): the decision comes back in the
+    result's zest object, here as the headers an HTTP answer would carry."""
+    from mcp import Client
+
+    if case.tools:
+        return None  # a tool call sends its task's arguments, no tools of its own
+    arguments: dict[str, Any] = {"max_tokens": 1}
+    if case.prompt is not None:
+        arguments["prompt"] = case.prompt
+    else:
+        arguments["messages"] = case.messages
+
+    async def call() -> Any:
+        async with Client(f"{server.base_url}/mcp", mode="legacy") as client:
+            return await client.call_tool(case.task, arguments)
+
+    result = asyncio.run(call())
+    if result.is_error:
+        return httpx.Response(result.structured_content["status"], json=result.structured_content)
+    zest = result.structured_content["zest"]
+    route = f"task={zest['task']}; model={zest['model']}; device={zest['device']}"
+    headers = {"x-zest-rule": zest["matched_rule"] or "default", "x-zest-route": route}
+    return httpx.Response(200, headers=headers)
+
+
+SENDERS: dict[str, Sender] = {
+    "openai": send_openai,
+    "ollama": send_ollama,
+    "anthropic": send_anthropic,
+    "mcp": send_mcp,
+}
 
 
 def _case(raw: dict[str, Any]) -> Case | None:
@@ -143,9 +194,11 @@ def test_every_dialect_has_cases_to_send() -> None:
 def test_the_same_text_is_routed_the_same_in_every_dialect(
     server: Server, name: str, expect: dict[str, Any], case: Case
 ) -> None:
-    seen = {dialect: decided(send(server, case)) for dialect, send in SENDERS.items()}
+    answers = {dialect: send(server, case) for dialect, send in SENDERS.items()}
+    seen = {dialect: decided(answer) for dialect, answer in answers.items() if answer is not None}
     expected = (expect["rule"], f"task={expect['route']}")
-    assert seen == dict.fromkeys(SENDERS, expected), name
+    assert seen == dict.fromkeys(seen, expected), name
+    assert {"openai", "ollama"} <= set(seen)  # every case goes through two dialects at least
 
 
 @pytest.mark.parametrize("dialect", sorted(SENDERS))
@@ -155,6 +208,7 @@ def test_a_local_only_request_never_reaches_the_upstream_in_any_dialect(
     proxy.requests.clear()
     case = Case("private", messages=[{"role": "user", "content": "open the pod bay doors"}])
     answer = SENDERS[dialect](server, case)
+    assert answer is not None
     assert decided(answer) == ("open", "task=chat-open")
     assert answer.headers["x-zest-route"].startswith("task=chat-open; model=smollm2;")
     assert proxy.requests == []  # privacy only tightens along a rule, whatever the door
