@@ -84,7 +84,7 @@ def send_anthropic(server: Server, case: Case) -> httpx.Response | None:
             for tool in case.tools
         ]
     headers = {"anthropic-version": "2023-06-01"}
-    return httpx.post(f"{server.v1}/messages", json=body, headers=headers, timeout=300)
+    return httpx.post(f"{server.v1}/messages", json=body, headers=headers, timeout=900)
 
 
 def send_mcp(server: Server, case: Case) -> httpx.Response | None:
