@@ -38,6 +38,7 @@ from zest.gateway.http._answers import (
 from zest.gateway.http._auth import PUBLIC_PATHS
 from zest.gateway.http._body import IGNORED, JsonBodyPlugin, read_empty_body
 from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
+from zest.gateway.http._held import release_held
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
     METRICS,
@@ -622,6 +623,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             Exception: _internal_error,
         },
         plugins=[JsonBodyPlugin()],
+        middleware=[release_held],  # what a request held is given back when it ends
         state=State({METRICS: metrics}),
         lifespan=[lifespan],
         before_send=[replica_header(settings.replica())],

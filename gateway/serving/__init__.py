@@ -22,6 +22,7 @@ from zest.gateway.serving._generation import (
     start_choices,
     start_generation,
 )
+from zest.gateway.serving._held import request_scope
 from zest.gateway.serving._preflight import Preflight, preflight
 from zest.gateway.serving._reload import (
     Reloader,
@@ -75,6 +76,7 @@ __all__ = [
     "explain_task",
     "format_explanation",
     "preflight",
+    "request_scope",
     "route_request",
     "start_choices",
     "start_generation",

@@ -22,6 +22,7 @@ from zest.engines import (
     Delta,
     EngineInfo,
     GenerationJob,
+    Lease,
     Message,
     Prompt,
     StageStats,
@@ -31,6 +32,7 @@ from zest.errors import BadRequestError, ContextLengthExceededError, RequestErro
 from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
+from zest.gateway.serving._held import hold
 from zest.gateway.serving._requests import ChatMessage, SamplingFields
 from zest.gateway.serving._routing import Routed, RouteInputs, route_by_content
 from zest.gateway.serving._runtime import Runtime
@@ -101,6 +103,8 @@ class Generation:
     decision: Decision | None = None
     trace: bool = False
     ruled: bool = False  # the task has rules (they read the request's metadata)
+    # Its stream is closed: the engine's slot is given back (serving/_held.py checks).
+    released: bool = False
 
     @property
     def approximate(self) -> bool:
@@ -149,6 +153,7 @@ class Generation:
         # closes it; closing it here would raise "already running".
         if not getattr(self.rest, "ag_running", False):
             await self.rest.aclose()
+            self.released = True
 
 
 async def close_all(gens: Sequence[Generation]) -> None:
@@ -272,6 +277,7 @@ async def start_generation(
             activity.close()
             raise
     gen.activity = activity
+    hold(gen)  # closed when the request ends, if no path of it did
     gen.decision, gen.trace, gen.ruled = routed.decision, bool(body.route_trace), routed.ruled
     return gen
 
@@ -457,33 +463,38 @@ class _Walk:
         self.loading = True
         lease = await self.runtime.acquire(self.routes, attempt.model, attempt.placement)
         self.loading = False
-        info, tokenizer = lease.info, lease.engine.tokenizer()
         try:
-            fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
-        except BaseException:
+            return await self._start(lease, attempt)
+        except BaseException:  # whatever raised, and wherever: the slot is given back
             lease.release()
             raise
+
+    async def _start(self, lease: Lease, attempt: Attempt) -> Generation:
+        """The attempt's generation on its leased engine, once its first delta came; a
+        failure closes what it started (the caller releases the lease)."""
+        info, tokenizer = lease.info, lease.engine.tokenizer()
+        fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
         label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
         job = self._job(prompt, budget, label)
         stream = lease.stream(job)
         try:
             first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")
+            return Generation(
+                self.plan,
+                attempt,
+                info,
+                budget,
+                first,
+                stream,
+                job=job,
+                trimmed=fitted.trimmed,
+                deadline=self.deadline,
+                counted_approximately=tokenizer is None,
+                tools=self.tools,
+            )
         except BaseException:
             await stream.aclose()
             raise
-        return Generation(
-            self.plan,
-            attempt,
-            info,
-            budget,
-            first,
-            stream,
-            job=job,
-            trimmed=fitted.trimmed,
-            deadline=self.deadline,
-            counted_approximately=tokenizer is None,
-            tools=self.tools,
-        )
 
     def _fit(self, tokenizer: Tokenizer | None, info: EngineInfo) -> tuple[Fitted, Budget, Prompt]:
         """Budget this attempt with its own tokenizer and context (runs in a thread); the
