@@ -30,6 +30,7 @@ from zest.router._rules_check import phrases_of, rule_warnings, tightened, walk_
 from zest.router._rules_text import condition_text, rules_summary
 from zest.router._schema import (
     ENGINE_MODELS,
+    JsonSchemaFormat,
     LlamaCppModel,
     LlamaCppOptions,
     ModelConfig,
@@ -50,6 +51,7 @@ from zest.router._schema_limits import (
     SCHEMA_LIMITS,
     BoundedJsonSchema,
     check_json_schema,
+    check_json_schemas,
 )
 
 __all__ = [
@@ -64,6 +66,7 @@ __all__ = [
     "Condition",
     "Decision",
     "Device",
+    "JsonSchemaFormat",
     "LlamaCppModel",
     "LlamaCppOptions",
     "LoadedRoutes",
@@ -88,6 +91,7 @@ __all__ = [
     "Speculation",
     "ascii_fold",
     "check_json_schema",
+    "check_json_schemas",
     "check_routes",
     "condition_text",
     "decide",
