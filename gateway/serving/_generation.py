@@ -184,7 +184,9 @@ async def start_choices(
     ]
     group = ChoiceGroup(body.n) if body.n > 1 else None  # admitted to the model's slots together
     if "routed" not in inputs:  # routed once: every choice is served by the same route
-        inputs["routed"] = await route_request(runtime, name, kind, body, inputs)
+        inputs["routed"] = await route_request(
+            runtime, name, kind, body, inputs, request_id=request_id
+        )
     starts = [
         asyncio.ensure_future(
             start_generation(
@@ -255,7 +257,7 @@ async def start_generation(
     routes = runtime.routes  # this request's table, to its end, whatever a reload does
     if routed is None:
         inputs = {"messages": messages, "prompt": prompt, "tools": tools, "routing": routing}
-        routed = await route_request(runtime, name, kind, body, inputs)
+        routed = await route_request(runtime, name, kind, body, inputs, request_id=request_id)
     if routed.ruled and routed.decision is not None:  # before anything may refuse the request
         events.routed(name, routed.decision.rule_label)
     name, route = routed.task, routed.route
@@ -309,7 +311,13 @@ def decision_object(task: str, decision: Decision, *, trace: bool) -> dict[str, 
 
 
 async def route_request(
-    runtime: Runtime, name: str, kind: Kind, body: SamplingFields, inputs: dict[str, Any]
+    runtime: Runtime,
+    name: str,
+    kind: Kind,
+    body: SamplingFields,
+    inputs: dict[str, Any],
+    *,
+    request_id: str = "-",
 ) -> Routed:
     """The route that serves this request: the task's own, or the one its rules choose."""
     routes = runtime.routes
@@ -329,7 +337,9 @@ async def route_request(
         asked = build_prompt(route, kind, messages, prompt, inputs.get("tools"))
         return await runtime.count_prompt(routes, route.model, asked, over=over)
 
-    return await route_by_content(runtime, routes, name, route, given, count_tokens=count_tokens)
+    return await route_by_content(
+        runtime, routes, name, route, given, count_tokens=count_tokens, request_id=request_id
+    )
 
 
 def routing_text(messages: Sequence[ChatMessage] | None, prompt: str | None) -> str:
