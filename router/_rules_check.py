@@ -156,9 +156,9 @@ def _classify_problems(config: RoutesFile, classify: Classify, at: str) -> list[
             problems.append(
                 f"{where}: label {label!r} may take the classifier up to {need} tokens (its "
                 f"answer is the label as JSON, {label_answer(label)}, a token a byte at worst), "
-                f"over route {classify.via!r}'s max_tokens {via.max_tokens}: a label cut short "
-                f"is an error (on_error decides); raise routes.{classify.via}.max_tokens to "
-                f"{need}, or shorten the label"
+                f"over the max_tokens of route {classify.via!r} ({via.max_tokens}): a label "
+                f"cut short is an error (on_error decides); raise "
+                f"routes.{classify.via}.max_tokens to {need}, or shorten the label"
             )
         for stop in via.sampling.stop:
             if stop in label_answer(label):

@@ -177,7 +177,7 @@ def test_a_label_the_classifier_route_may_cut_is_refused_naming_the_fix() -> Non
     assert problems(classifying("[code, other]", ", max_tokens: 6")) == [
         "routes.yaml: routes.chat.rules.0.when.classify.labels.1: label 'other' may take the "
         'classifier up to 7 tokens (its answer is the label as JSON, "other", a token a byte '
-        "at worst), over route 'classifier''s max_tokens 6: a label cut short is an error "
+        "at worst), over the max_tokens of route 'classifier' (6): a label cut short is an error "
         "(on_error decides); raise routes.classifier.max_tokens to 7, or shorten the label"
     ]
 
