@@ -43,6 +43,7 @@ from zest.gateway.serving._runtime import (
 from zest.gateway.serving._settings import (
     Settings,
 )
+from zest.gateway.serving._tool_text import ResponseText
 from zest.gateway.serving._tools import (
     ToolAnswer,
     tool_use_for,
@@ -61,6 +62,7 @@ __all__ = [
     "Preflight",
     "Reloader",
     "RequestEvents",
+    "ResponseText",
     "ResponsesRequest",
     "Runtime",
     "SamplingFields",
