@@ -959,7 +959,7 @@ def _wide(properties: int) -> bytes:
 
 
 def tool_depth() -> Iterator[Case]:
-    for depth in (13, 14, 15, 16):
+    for depth in (13, 16):  # 13: the least the envelope pushed over; 16: the limit itself
         chat = CHAT_WITH + b'"tools":[' + _chat_tool(_nested(depth)) + b"]}"
         yield case(f"tool-depth/chat/{depth}", post("/v1/chat/completions", chat), 200)
         two = b",".join([_chat_tool(_nested(depth)), _chat_tool(_nested(depth), b"g")])
