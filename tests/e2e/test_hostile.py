@@ -23,6 +23,7 @@ from tests.e2e.hostile_corpus import (
     routing_abuse,
     tool_depth,
 )
+from tests.e2e.hostile_dialects import anthropic_cases, mcp_cases
 from tests.e2e.hostile_http import body_limit, headers, methods, paths
 from tests.e2e.rawhttp import Reply, send
 
@@ -39,6 +40,8 @@ CORPUS: list[Case] = [
     *methods(),
     *headers(),
     *body_limit(),
+    *anthropic_cases(),
+    *mcp_cases(),
 ]
 CLIENTS = 4  # requests in flight at once: the corpus is sent as a few busy clients would
 
