@@ -36,6 +36,7 @@ from zest.router._rules_check import (
 from zest.router._rules_text import condition_text, rules_summary
 from zest.router._schema import (
     ENGINE_MODELS,
+    JsonSchemaFormat,
     LlamaCppModel,
     LlamaCppOptions,
     ModelConfig,
@@ -56,6 +57,7 @@ from zest.router._schema_limits import (
     SCHEMA_LIMITS,
     BoundedJsonSchema,
     check_json_schema,
+    check_json_schemas,
 )
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "Condition",
     "Decision",
     "Device",
+    "JsonSchemaFormat",
     "LlamaCppModel",
     "LlamaCppOptions",
     "LoadedRoutes",
@@ -94,6 +97,7 @@ __all__ = [
     "Speculation",
     "ascii_fold",
     "check_json_schema",
+    "check_json_schemas",
     "check_routes",
     "condition_routes",
     "condition_text",

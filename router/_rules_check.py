@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection, Iterator, Sequence
 
-from zest.router._rules import Classify, Condition, Rule, SimilarTo
+from zest.router._rules import Classify, Condition, Rule, SimilarTo, label_answer, label_tokens
 from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 
 __all__ = [
@@ -205,7 +205,28 @@ def _similar_problems(
 
 
 def _classify_problems(config: RoutesFile, classify: Classify, at: str) -> list[str]:
-    return _via_problems(config, classify.via, at, ("chat", "completion"))
+    problems = _via_problems(config, classify.via, at, ("chat", "completion"))
+    if problems:
+        return problems
+    via = config.routes[classify.via]
+    for number, label in enumerate(classify.labels):
+        where, need = f"{at}.labels.{number}", label_tokens(label)
+        if need > via.max_tokens:
+            problems.append(
+                f"{where}: label {label!r} may take the classifier up to {need} tokens (its "
+                f"answer is the label as JSON, {label_answer(label)}, a token a byte at worst), "
+                f"over the max_tokens of route {classify.via!r} ({via.max_tokens}): a label "
+                f"cut short is an error (on_error decides); raise "
+                f"routes.{classify.via}.max_tokens to {need}, or shorten the label"
+            )
+        for stop in via.sampling.stop:
+            if stop in label_answer(label):
+                problems.append(
+                    f"{where}: label {label!r} holds {stop!r}, a stop sequence of route "
+                    f"{classify.via!r}: its answer would end inside the label; rename the "
+                    f"label, or remove the stop from routes.{classify.via}.sampling.stop"
+                )
+    return problems
 
 
 def _via_problems(config: RoutesFile, via: str, at: str, kinds: tuple[str, ...]) -> list[str]:

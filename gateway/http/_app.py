@@ -42,6 +42,7 @@ from zest.gateway.http._exchange import (
     unless_disconnected,
 )
 from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
+from zest.gateway.http._held import release_held
 from zest.gateway.http._mcp import McpMount
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
@@ -587,6 +588,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             Exception: _internal_error,
         },
         plugins=[JsonBodyPlugin()],
+        middleware=[release_held],  # what a request held is given back when it ends
         state=State({METRICS: metrics, ACCESS_POLICY: security.policy}),
         lifespan=[lifespan],
         before_send=[replica_header(settings.replica())],

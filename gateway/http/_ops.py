@@ -88,7 +88,12 @@ async def admin_reload(reloader: Reloader) -> Response[Any]:
 
 @get("/loaded")
 async def loaded_models(runtime: Runtime) -> dict[str, Any]:
-    return {"object": "list", "data": describe_loaded(runtime)}
+    # Generations in flight across every model, from arrival to their stream's close.
+    return {
+        "object": "list",
+        "data": describe_loaded(runtime),
+        "in_flight": runtime.drain.in_flight,
+    }
 
 
 @post("/load", status_code=200, opt=ADMIN)

@@ -23,6 +23,7 @@ from zest.gateway.serving._generation import (
     start_choices,
     start_generation,
 )
+from zest.gateway.serving._held import request_scope
 from zest.gateway.serving._judge import prompt_to_judge
 from zest.gateway.serving._mcp_inputs import (
     ChatToolInput,
@@ -72,6 +73,7 @@ from zest.gateway.serving._runtime import (
 from zest.gateway.serving._settings import (
     Settings,
 )
+from zest.gateway.serving._tool_text import ResponseText
 from zest.gateway.serving._tools import (
     ToolAnswer,
     tool_use_for,
@@ -107,6 +109,7 @@ __all__ = [
     "Pulled",
     "Reloader",
     "RequestEvents",
+    "ResponseText",
     "ResponsesRequest",
     "Runtime",
     "SamplingFields",
@@ -133,6 +136,7 @@ __all__ = [
     "prompt_to_judge",
     "pull",
     "remove_model_file",
+    "request_scope",
     "route_request",
     "running_cards",
     "start_choices",

@@ -23,6 +23,7 @@ from zest.engines import (
     Delta,
     EngineInfo,
     GenerationJob,
+    Lease,
     Message,
     Prompt,
     StageStats,
@@ -32,6 +33,7 @@ from zest.errors import BadRequestError, RequestError
 from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
+from zest.gateway.serving._held import hold
 from zest.gateway.serving._requests import ChatMessage, SamplingFields
 from zest.gateway.serving._routing import Routed, RouteInputs, route_by_content
 from zest.gateway.serving._runtime import Runtime
@@ -97,6 +99,8 @@ class Generation:
     ruled: bool = False  # the task has rules (they read the request's metadata)
     # Seconds the serving attempt waited for its engine: its load, when the request caused one.
     load_s: float = 0.0
+    # Its stream is closed: the engine's slot is given back (serving/_held.py checks).
+    released: bool = False
 
     @property
     def approximate(self) -> bool:
@@ -145,6 +149,7 @@ class Generation:
         # closes it; closing it here would raise "already running".
         if not getattr(self.rest, "ag_running", False):
             await self.rest.aclose()
+            self.released = True
 
 
 async def close_all(gens: Sequence[Generation]) -> None:
@@ -175,7 +180,9 @@ async def start_choices(
     ]
     group = ChoiceGroup(body.n) if body.n > 1 else None  # admitted to the model's slots together
     if "routed" not in inputs:  # routed once: every choice is served by the same route
-        inputs["routed"] = await route_request(runtime, name, kind, body, inputs)
+        inputs["routed"] = await route_request(
+            runtime, name, kind, body, inputs, request_id=request_id
+        )
     starts = [
         asyncio.ensure_future(
             start_generation(
@@ -246,7 +253,7 @@ async def start_generation(
     routes = runtime.routes  # this request's table, to its end, whatever a reload does
     if routed is None:
         inputs = {"messages": messages, "prompt": prompt, "tools": tools, "routing": routing}
-        routed = await route_request(runtime, name, kind, body, inputs)
+        routed = await route_request(runtime, name, kind, body, inputs, request_id=request_id)
     if routed.ruled and routed.decision is not None:  # before anything may refuse the request
         events.routed(name, routed.decision.rule_label)
     name, route = routed.task, routed.route
@@ -268,6 +275,7 @@ async def start_generation(
             activity.close()
             raise
     gen.activity = activity
+    hold(gen)  # closed when the request ends, if no path of it did
     gen.decision, gen.trace, gen.ruled = routed.decision, bool(body.route_trace), routed.ruled
     return gen
 
@@ -299,7 +307,13 @@ def decision_object(task: str, decision: Decision, *, trace: bool) -> dict[str, 
 
 
 async def route_request(
-    runtime: Runtime, name: str, kind: Kind, body: SamplingFields, inputs: dict[str, Any]
+    runtime: Runtime,
+    name: str,
+    kind: Kind,
+    body: SamplingFields,
+    inputs: dict[str, Any],
+    *,
+    request_id: str = "-",
 ) -> Routed:
     """The route that serves this request: the task's own, or the one its rules choose."""
     routes = runtime.routes
@@ -319,7 +333,9 @@ async def route_request(
         asked = build_prompt(route, kind, messages, prompt, inputs.get("tools"))
         return await runtime.count_prompt(routes, route.model, asked, over=over)
 
-    return await route_by_content(runtime, routes, name, route, given, count_tokens=count_tokens)
+    return await route_by_content(
+        runtime, routes, name, route, given, count_tokens=count_tokens, request_id=request_id
+    )
 
 
 def routing_text(messages: Sequence[ChatMessage] | None, prompt: str | None) -> str:
@@ -453,34 +469,40 @@ class _Walk:
         self.loading, asked = True, time.perf_counter()
         lease = await self.runtime.acquire(self.routes, attempt.model, attempt.placement)
         self.loading, load_s = False, time.perf_counter() - asked
-        info, tokenizer = lease.info, lease.engine.tokenizer()
         try:
-            fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
-        except BaseException:
+            gen = await self._start(lease, attempt)
+        except BaseException:  # whatever raised, and wherever: the slot is given back
             lease.release()
             raise
+        gen.load_s = load_s
+        return gen
+
+    async def _start(self, lease: Lease, attempt: Attempt) -> Generation:
+        """The attempt's generation on its leased engine, once its first delta came; a
+        failure closes what it started (the caller releases the lease)."""
+        info, tokenizer = lease.info, lease.engine.tokenizer()
+        fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
         label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
         job = self._job(prompt, budget, label)
         stream = lease.stream(job)
         try:
             first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")
+            return Generation(
+                self.plan,
+                attempt,
+                info,
+                budget,
+                first,
+                stream,
+                job=job,
+                trimmed=fitted.trimmed,
+                deadline=self.deadline,
+                counted_approximately=tokenizer is None,
+                tools=self.tools,
+            )
         except BaseException:
             await stream.aclose()
             raise
-        return Generation(
-            self.plan,
-            attempt,
-            info,
-            budget,
-            first,
-            stream,
-            job=job,
-            trimmed=fitted.trimmed,
-            deadline=self.deadline,
-            counted_approximately=tokenizer is None,
-            tools=self.tools,
-            load_s=load_s,
-        )
 
     def _fit(self, tokenizer: Tokenizer | None, info: EngineInfo) -> tuple[Fitted, Budget, Prompt]:
         """Budget this attempt with its own tokenizer and context (runs in a thread), as
