@@ -36,10 +36,17 @@ from zest.router._rules import (
     Rule,
     SimilarTo,
 )
-from zest.router._rules_check import phrases_of, rule_warnings, tightened, walk_conditions
+from zest.router._rules_check import (
+    condition_routes,
+    phrases_of,
+    rule_warnings,
+    tightened,
+    walk_conditions,
+)
 from zest.router._rules_text import condition_text, rules_summary
 from zest.router._schema import (
     ENGINE_MODELS,
+    JsonSchemaFormat,
     LlamaCppModel,
     LlamaCppOptions,
     ModelConfig,
@@ -61,6 +68,7 @@ from zest.router._schema_limits import (
     SCHEMA_LIMITS,
     BoundedJsonSchema,
     check_json_schema,
+    check_json_schemas,
 )
 
 __all__ = [
@@ -80,6 +88,7 @@ __all__ = [
     "Condition",
     "Decision",
     "Device",
+    "JsonSchemaFormat",
     "LlamaCppModel",
     "LlamaCppOptions",
     "LoadedRoutes",
@@ -105,7 +114,9 @@ __all__ = [
     "Speculation",
     "ascii_fold",
     "check_json_schema",
+    "check_json_schemas",
     "check_routes",
+    "condition_routes",
     "condition_text",
     "decide",
     "find_route",

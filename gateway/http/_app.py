@@ -43,6 +43,7 @@ from zest.gateway.http._exchange import (
     unless_disconnected,
 )
 from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
+from zest.gateway.http._held import release_held
 from zest.gateway.http._mcp import McpMount
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
@@ -90,6 +91,7 @@ from zest.gateway.serving import (
     embed_inputs,
     explain_request,
     explain_task,
+    prompt_to_judge,
     start_choices,
     start_generation,
     tool_use_for,
@@ -391,6 +393,7 @@ async def explain_post(task: str, data: TaskRequest, runtime: Runtime) -> dict[s
     kind: Kind = "completion" if route.kind == "embedding" else route.kind  # text as it is
     prompt = build_prompt(route, kind, messages, data.text())
     tokens = await runtime.count_prompt(routes, route.model, prompt)
+    requested = data.requested_max_tokens()
     return explain_task(
         routes.config,
         runtime.inventory,
@@ -400,6 +403,7 @@ async def explain_post(task: str, data: TaskRequest, runtime: Runtime) -> dict[s
         strict_privacy=runtime.strict_privacy,
         contexts=await runtime.model_contexts(routes),
         device_bytes=runtime.device_bytes,
+        prompt=await prompt_to_judge(runtime, routes, route, prompt, requested=requested),
     )
 
 
@@ -604,6 +608,7 @@ def create_app(
             Exception: _internal_error,
         },
         plugins=[JsonBodyPlugin()],
+        middleware=[release_held],  # what a request held is given back when it ends
         state=State(
             {METRICS: metrics, ACCESS_POLICY: security.policy, CLIENT_DIRECTORY: directory}
         ),

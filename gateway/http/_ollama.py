@@ -126,7 +126,7 @@ async def ollama_chat(
     note_ignored(request, data.ignored())
     keep = _keep_alive(request, data.kept())
     if not data.messages:  # Ollama's way to load (or unload) a model
-        asked = (data.task(), data.model, data.kept())
+        asked = (data.task(), data.model, data.kept(), data.stream)
         return await _load_answer(request, runtime, record, asked, keep=keep, shape="chat")
     start = start_choices(
         runtime,
@@ -155,7 +155,7 @@ async def ollama_generate(
     note_ignored(request, data.ignored())
     task, keep = data.task(), _keep_alive(request, data.kept())
     if data.loads_only():
-        asked = (task, data.model, data.kept())
+        asked = (task, data.model, data.kept(), data.stream)
         return await _load_answer(request, runtime, record, asked, keep=keep, shape="generate")
     kind = _kind_of(runtime, task)
     inputs = _generate_inputs(data, task, kind)
@@ -231,15 +231,16 @@ async def _load_answer(
     request: Request[Any, Any, Any],
     runtime: Runtime,
     record: RequestRecord,
-    asked: tuple[str, str, KeepAlive | None],
+    asked: tuple[str, str, KeepAlive | None, bool],
     *,
     keep: KeepAlive | None,
     shape: Shape,
 ) -> Response[Any]:
     """An empty prompt (or no messages): load the task's model, or with keep_alive 0 unload
     it (the unload's rule applies: a caller who may not is refused); answered with Ollama's
-    done_reason "load" or "unload". `asked`: the task, the model as named, its keep_alive."""
-    task, model, kept = asked
+    done_reason "load" or "unload". `asked`: the task, the model as named, its keep_alive,
+    whether it streams (one NDJSON line, else one JSON body)."""
+    task, model, kept, streams = asked
     record.task_named(task)
     runtime.clients.check_task(caller_of(request), task)  # a client loads only its tasks
     if kept is not None and kept.unload:
@@ -259,14 +260,20 @@ async def _load_answer(
         body["response"] = ""
     body |= {"done": True, "done_reason": reason}
     headers = request_headers(request, request_id_of(request))
-    return Response(ndjson_line(body), media_type=NDJSON, headers=headers)
+    if streams:
+        return Response(ndjson_line(body), media_type=NDJSON, headers=headers)
+    return Response(body, headers=headers)
 
 
 def _require_unload(request: Request[Any, Any, Any]) -> None:
     """Raise the unload route's 401 or 403 unless the caller may unload models."""
     policy = request.app.state.get(ACCESS_POLICY)
-    if policy is not None:
-        policy.authorize(credential_of(request.headers), admin=True, **_clients(request))
+    try:
+        if policy is not None:
+            policy.authorize(credential_of(request.headers), admin=True, **_clients(request))
+    except RequestError as exc:
+        exc.message = f"keep_alive 0 unloads the model, as POST /v1/unload does: {exc.message}"
+        raise
     if request.state.get(IGNORED):  # it is not ignored: it is done
         request.state[IGNORED] = [n for n in request.state[IGNORED] if n != "keep_alive"]
 

@@ -24,6 +24,8 @@ from zest.gateway.serving._generation import (
     start_choices,
     start_generation,
 )
+from zest.gateway.serving._held import request_scope
+from zest.gateway.serving._judge import prompt_to_judge
 from zest.gateway.serving._mcp_inputs import (
     ChatToolInput,
     EmbeddingToolInput,
@@ -72,6 +74,7 @@ from zest.gateway.serving._runtime import (
 from zest.gateway.serving._settings import (
     Settings,
 )
+from zest.gateway.serving._tool_text import ResponseText
 from zest.gateway.serving._tools import (
     ToolAnswer,
     tool_use_for,
@@ -111,6 +114,7 @@ __all__ = [
     "Pulled",
     "Reloader",
     "RequestEvents",
+    "ResponseText",
     "ResponsesRequest",
     "Runtime",
     "SamplingFields",
@@ -135,8 +139,10 @@ __all__ = [
     "model_cards",
     "model_file",
     "preflight",
+    "prompt_to_judge",
     "pull",
     "remove_model_file",
+    "request_scope",
     "route_request",
     "running_cards",
     "start_choices",

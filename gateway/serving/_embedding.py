@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel
 
@@ -16,7 +16,15 @@ from zest.gateway.serving._clients import Caller, Ticket
 from zest.gateway.serving._door import open_door
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._runtime import Runtime
-from zest.router import Attempt, Plan, RouteConfig, find_route, route_for_client, tightened
+from zest.router import (
+    Attempt,
+    Plan,
+    RouteConfig,
+    RoutesFile,
+    find_route,
+    route_for_client,
+    tightened,
+)
 
 __all__ = ["MAX_INPUTS", "Embedded", "embed_inputs"]
 
@@ -108,6 +116,8 @@ async def _embed(
         route = tightened(route, privacy_of)
     plan = runtime.plan(routes, name, route, prompt_tokens=0)
     fallbacks: list[str] = []
+    if any(not isinstance(text, str) for text in texts):
+        plan = _upstreams_only(plan, routes.config, fallbacks)
     for index, attempt in enumerate(plan.attempts):
         fallbacks += attempt.skipped
         events.attempt(attempt.model, attempt.device)
@@ -121,3 +131,30 @@ async def _embed(
             log.warning("task=%s: %s, trying the next attempt", name, fallbacks[-1])
             events.fell_back(kind)
     raise AssertionError("a plan always has at least one attempt")
+
+
+def _upstreams_only(plan: Plan, config: RoutesFile, skipped: list[str]) -> Plan:
+    """The attempts that may read token ids: remote upstreams, which read them in their own
+    model's vocabulary (OpenAI's contract, and an OpenAI upstream's cl100k_base). A local
+    model would read them in its own, which is never the one a client tokenized with: the
+    ids clients send are OpenAI's cl100k_base (langchain's OpenAIEmbeddings sends them by
+    default), and decoding those offline needs a BPE file no well-kept package ships. So a
+    local attempt is skipped, and none left is a 400 that says to send the text."""
+    remote = [a for a in plan.attempts if not config.models[a.model].local]
+    local = [a.model for a in plan.attempts if a not in remote]
+    if not remote:
+        raise BadRequestError(
+            f"input holds token ids, and task {plan.task!r} embeds with {_listed(local)}, which "
+            "would read them in its own vocabulary, not in the one they were made with "
+            "(OpenAI's cl100k_base, as langchain's OpenAIEmbeddings sends them by default): "
+            "send the text itself (langchain: OpenAIEmbeddings(..., "
+            "check_embedding_ctx_length=False))",
+            param="input",
+        )
+    skipped += [f"{model}: skipped: it reads no token ids (its vocabulary)" for model in local]
+    return replace(plan, attempts=tuple(remote))
+
+
+def _listed(models: list[str]) -> str:
+    names = list(dict.fromkeys(models))
+    return "model " + repr(names[0]) if len(names) == 1 else "models " + ", ".join(map(repr, names))

@@ -110,12 +110,19 @@ async function refreshReadiness() {
 
 function showReadiness(ready) {
   const badge = $("readiness");
-  badge.textContent = ready.ready ? "ready" : ready.status;
-  badge.className = `badge ${ready.ready ? "ok" : ready.status === "loading" ? "warn" : "bad"}`;
-  $("ready-text").textContent = ready.ready
+  badge.textContent = ready.status;
+  const warn = ready.status === "loading" || ready.status === "degraded";
+  badge.className = `badge ${ready.status === "ready" ? "ok" : warn ? "warn" : "bad"}`;
+  $("ready-text").textContent = ready.status === "ready"
     ? "Every route can be served."
-    : `Not ready (${ready.status}).`;
+    : ready.ready
+      ? "Every route serves; some routing rules take their on_error path."
+      : `Not ready (${ready.status}).`;
   const problems = Object.entries(ready.unservable_routes || {}).map(([task, why]) => el("li", {}, `${task}: ${why}`));
+  for (const [task, lost] of Object.entries(ready.degraded_rules || {})) {
+    const rules = lost.rules.map((r) => `${r.task}.${r.rule}`).join(", ");
+    problems.push(el("li", {}, `${task} (${lost.models.join(", ")}; rules ${rules}): ${lost.reason}`));
+  }
   for (const error of ready.preload_errors || []) problems.push(el("li", {}, error));
   $("unservable").replaceChildren(...problems);
 }
