@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 
 from zest.engines._admission import Admission, ChoiceGroup
+from zest.engines._kv_cells import KvCells
 from zest.errors import BadRequestError
 from zest.router import (
     ENGINE_MODELS,
@@ -351,6 +352,9 @@ class Delta:
     prompt_tokens: int | None = None
     # On the last delta, when the job asked for them: every generated token's log probability.
     logprobs: tuple[TokenLogprob, ...] = ()
+    # On the last delta of a generation a stop sequence ended: that sequence (Anthropic's
+    # stop_sequence names it; None for the end of generation or an upstream's stop).
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True)
@@ -411,6 +415,11 @@ class Engine(ABC):
 
     def tokenizer(self) -> Tokenizer | None:
         """The loaded model's tokenizer (None: the engine has none, as a remote upstream)."""
+        return None
+
+    def kv_cells(self) -> KvCells | None:
+        """The KV cells its context holds, as last counted (None: the engine does not say:
+        a remote upstream, an engine whose generator owns its cache)."""
         return None
 
     def note_queued(self, priority: int | None) -> None:

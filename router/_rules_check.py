@@ -6,14 +6,16 @@ similar_to label has phrases. Problems refuse the file (file, key path, fix); wa
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Sequence
 
-from zest.router._rules import Classify, Condition, Rule, SimilarTo
+from zest.router._rules import Classify, Condition, Rule, SimilarTo, label_answer, label_tokens
 from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 
 __all__ = [
+    "condition_routes",
     "file_phrase_problems",
     "phrases_of",
+    "rule_name_problems",
     "rule_problems",
     "rule_warnings",
     "tightened",
@@ -21,12 +23,15 @@ __all__ = [
 ]
 
 
-def tightened(target: RouteConfig, caller: RouteConfig) -> RouteConfig:
+def tightened(target: RouteConfig, caller: RouteConfig, caller_task: str = "") -> RouteConfig:
     """`target` with the stricter of the two privacies: privacy only tightens along a rule (or
     a condition's route), so a local_only request moved to a route with a remote fallback
-    runs without that fallback."""
+    runs without that fallback. The copy names the caller (`caller_task`), which its plan
+    gives as the reason a remote attempt is left out."""
     if caller.privacy == "local_only" and target.privacy != "local_only":
-        return target.model_copy(update={"privacy": "local_only"})
+        kept = target.model_copy(update={"privacy": "local_only"})
+        kept._privacy_kept_from = caller_task
+        return kept
     return target
 
 
@@ -38,6 +43,20 @@ def walk_conditions(condition: Condition, at: str) -> Iterator[tuple[Condition, 
             yield from walk_conditions(child, f"{at}.{kind}.{number}")
     if condition.not_ is not None:
         yield from walk_conditions(condition.not_, f"{at}.not")
+
+
+def condition_routes(config: RoutesFile) -> dict[str, list[tuple[str, str]]]:
+    """The routes that model-backed conditions run (a similar_to's or a classify's `via`),
+    each with the rules that name it, as (task, rule id), in the file's order."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for task, route in config.routes.items():
+        for rule in route.rules:
+            for condition, _ in walk_conditions(rule.when, ""):
+                for backed in (condition.similar_to, condition.classify):
+                    users = found.setdefault(backed.via, []) if backed is not None else None
+                    if users is not None and (task, rule.id) not in users:
+                        users.append((task, rule.id))
+    return found
 
 
 def phrases_of(config: RoutesFile, route: RouteConfig) -> dict[str, tuple[str, ...]]:
@@ -62,6 +81,36 @@ def rule_problems(config: RoutesFile, task: str, route: RouteConfig) -> list[str
     return problems
 
 
+def rule_name_problems(
+    task: str, rules: Sequence[Rule], numbers: Sequence[int], routes: Collection[str]
+) -> list[str]:
+    """The routes `rules` (the file's rules `numbers` of `task`) name that are not among
+    `routes`: what of them is checked when their route has schema errors."""
+    problems = []
+    for number, rule in zip(numbers, rules, strict=True):
+        at = f"routes.{task}.rules.{number}"
+        if rule.to not in routes:
+            problems.append(f"{at}.to: unknown route {rule.to!r}{_did_you_mean(rule.to, routes)}")
+        for condition, path in walk_conditions(rule.when, f"{at}.when"):
+            for key, name in _routes_named(condition):
+                if name not in routes:
+                    problems.append(
+                        f"{path}.{key}: unknown route {name!r}{_did_you_mean(name, routes)}"
+                    )
+    return problems
+
+
+def _routes_named(condition: Condition) -> list[tuple[str, str]]:
+    """(key, route) for each route one condition names itself."""
+    named = []
+    if condition.queued_over is not None:
+        named.append(("queued_over.route", condition.queued_over.route))
+    for kind in ("similar_to", "classify"):
+        if (via := getattr(condition, kind)) is not None:
+            named.append((f"{kind}.via", via.via))
+    return named
+
+
 def rule_warnings(config: RoutesFile) -> list[str]:
     warnings = []
     for task, route in config.routes.items():
@@ -81,22 +130,32 @@ def rule_warnings(config: RoutesFile) -> list[str]:
                     "local_only: requests it sends there keep local_only, so those attempts "
                     "are skipped for them"
                 )
-            if rule.when.has_images and not _reads_images(config, target, route):
-                warnings.append(
-                    f"{at}: route {rule.to!r} has no remote model {task!r} may reach, and "
-                    "zest's own engines read no images: every request this rule sends there "
-                    "(has_images) is refused (400)"
-                )
+            if rule.when.has_images:
+                warnings += _image_warnings(config, task, route, rule.to, at)
     return warnings
 
 
-def _reads_images(config: RoutesFile, target: RouteConfig, caller: RouteConfig) -> bool:
-    """Whether a request with images may reach a remote model (the only kind that reads them)
-    through `target`: one of its models is remote, and both routes allow remote attempts."""
-    if "local_only" in (target.privacy, caller.privacy):
-        return False
+def _image_warnings(
+    config: RoutesFile, task: str, caller: RouteConfig, to: str, at: str
+) -> list[str]:
+    """A rule that sends images where no remote model (the only kind that reads them) may
+    serve them, with the status the server answers: 400 when the target has none (every
+    attempt lacks the capability), 503 when it has one that privacy leaves out (an attempt
+    that could serve, left out: no attempt remains)."""
+    target = config.routes[to]
     models = [target.model, *(entry.model for entry in target.fallback)]
-    return any(config.models[model].engine == REMOTE_ENGINE for model in models)
+    if not any(config.models[model].engine == REMOTE_ENGINE for model in models):
+        return [
+            f"{at}: route {to!r} has no remote model, and zest's own engines read no images: "
+            "every request this rule sends there (has_images) is refused (400)"
+        ]
+    if "local_only" in (target.privacy, caller.privacy):
+        return [
+            f"{at}: the remote model of route {to!r} is left out for the requests {task!r} "
+            "sends (local_only), and zest's own engines read no images: every request this "
+            "rule sends there (has_images) is answered 503 (no attempt left to serve it)"
+        ]
+    return []
 
 
 def _target_problems(
@@ -146,7 +205,28 @@ def _similar_problems(
 
 
 def _classify_problems(config: RoutesFile, classify: Classify, at: str) -> list[str]:
-    return _via_problems(config, classify.via, at, ("chat", "completion"))
+    problems = _via_problems(config, classify.via, at, ("chat", "completion"))
+    if problems:
+        return problems
+    via = config.routes[classify.via]
+    for number, label in enumerate(classify.labels):
+        where, need = f"{at}.labels.{number}", label_tokens(label)
+        if need > via.max_tokens:
+            problems.append(
+                f"{where}: label {label!r} may take the classifier up to {need} tokens (its "
+                f"answer is the label as JSON, {label_answer(label)}, a token a byte at worst), "
+                f"over the max_tokens of route {classify.via!r} ({via.max_tokens}): a label "
+                f"cut short is an error (on_error decides); raise "
+                f"routes.{classify.via}.max_tokens to {need}, or shorten the label"
+            )
+        for stop in via.sampling.stop:
+            if stop in label_answer(label):
+                problems.append(
+                    f"{where}: label {label!r} holds {stop!r}, a stop sequence of route "
+                    f"{classify.via!r}: its answer would end inside the label; rename the "
+                    f"label, or remove the stop from routes.{classify.via}.sampling.stop"
+                )
+    return problems
 
 
 def _via_problems(config: RoutesFile, via: str, at: str, kinds: tuple[str, ...]) -> list[str]:
@@ -175,7 +255,7 @@ def _phrase_problems(where: str, table: dict[str, tuple[str, ...]]) -> list[str]
     ]
 
 
-def _did_you_mean(name: str, known: Mapping[str, object]) -> str:
+def _did_you_mean(name: str, known: Collection[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=1)
     if close:
         return f": did you mean {close[0]!r}?"

@@ -13,8 +13,8 @@ of answering 200 with output that breaks it. Pure: no engine, no grammar.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
@@ -22,7 +22,13 @@ from pydantic import AfterValidator
 from zest.errors import shown
 from zest.router._schema_keywords import check_keywords
 
-__all__ = ["SCHEMA_LIMITS", "BoundedJsonSchema", "SchemaLimits", "check_json_schema"]
+__all__ = [
+    "SCHEMA_LIMITS",
+    "BoundedJsonSchema",
+    "SchemaLimits",
+    "check_json_schema",
+    "check_json_schemas",
+]
 
 _LIMITS = "(zest's limits: docs/structured-outputs.md)"
 # Keywords whose values are subschemas, each a mapping or a list of them.
@@ -56,6 +62,23 @@ def check_json_schema(schema: Any, limits: SchemaLimits = SCHEMA_LIMITS) -> None
     _Walk(limits, schema).node(schema, ())
 
 
+def check_json_schemas(
+    schemas: Sequence[tuple[str, Any]], limits: SchemaLimits = SCHEMA_LIMITS
+) -> None:
+    """Several schemas one request constrains one answer to (a request's tools' parameters,
+    its own answer format), each named by where it was sent: each nests as its sender wrote
+    it (the levels zest wraps around them are zest's, not the sender's), and the counts that
+    grammars grow with (subschemas, enum values) are counted over them all, as the one
+    grammar made of them grows."""
+    walk = _Walk(limits)
+    for where, schema in schemas:
+        if not isinstance(schema, Mapping):
+            raise ValueError(f"{where}: a JSON Schema is an object, got {shown(schema)}")
+        # Each part's local references name places in that part, as its sender wrote it.
+        walk.root = schema
+        walk.node(schema, (where,))
+
+
 def _bounded(schema: dict[str, Any]) -> dict[str, Any]:
     check_json_schema(schema)
     return schema
@@ -68,7 +91,8 @@ BoundedJsonSchema = Annotated[dict[str, Any], AfterValidator(_bounded)]
 @dataclass
 class _Walk:
     limits: SchemaLimits
-    root: Mapping[str, Any]
+    # The schema whose local `$ref`s the keywords' checks resolve against.
+    root: Mapping[str, Any] = field(default_factory=dict)
     subschemas: int = 0
     enum_values: int = 0
     enum_bytes: int = 0

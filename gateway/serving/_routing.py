@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache, TTLCache
 
-from zest.errors import RequestError
+from zest.errors import RequestError, shown
 from zest.router import (
     Classify,
     Decision,
@@ -60,6 +60,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("zest.gateway")
+access = logging.getLogger("zest.access")  # the access log's (http/_access_log.py)
 
 _TOKEN_KINDS = ("min_prompt_tokens", "max_prompt_tokens")
 
@@ -114,6 +115,7 @@ async def route_by_content(
     *,
     count_tokens: TokenCounter,
     oracle: RoutingOracle | None = None,
+    request_id: str = "-",
 ) -> Routed:
     """Evaluate `route`'s rules over the request; the target serves with everything it
     declares (one hop: its own rules are not applied), its privacy tightened to the caller's.
@@ -136,12 +138,12 @@ async def route_by_content(
         if condition is None:
             counted.append(await count_tokens(token_bound(route) or 0))
             continue
-        query = ConditionQuery(runtime, routes, route, condition, inputs.text)
+        query = ConditionQuery(runtime, routes, route, condition, inputs.text, request_id)
         results[condition] = await oracle.resolve(query)
     if outcome.route_to == task:
         return Routed(task, route, outcome)
     target = routes.config.routes[outcome.route_to]
-    return Routed(outcome.route_to, tightened(target, route), outcome)
+    return Routed(outcome.route_to, tightened(target, route, task), outcome)
 
 
 # Told of each model-backed evaluation: its kind (similar_to, classify), its seconds (0.0 when
@@ -158,6 +160,7 @@ class ConditionQuery:
     caller: RouteConfig  # the route whose rules ask: its privacy binds the condition's route
     condition: SimilarTo | Classify
     routing_text: str
+    request_id: str = "-"  # the request whose routing asks (its access line names it)
 
     @property
     def text(self) -> str:
@@ -189,17 +192,29 @@ class RoutingOracle:
     )
     # The metrics observe each model-backed evaluation (the request path imports no metrics).
     observers: list[ConditionObserver] = field(default_factory=list)
+    # A replay (zest route test) judges what a condition decides, not how fast: each waits at
+    # least `min_timeout_s` (its model's load included) whatever its timeout_s, and a failure
+    # is kept for the same condition (one cause, one try), not logged (the replay reports each
+    # cause once). Serving tries a failure again with the next request, and logs it.
+    min_timeout_s: float = 0.0
+    replaying: bool = False
+    failures: dict[tuple[Any, float], str] = field(default_factory=dict)
 
     async def resolve(self, query: ConditionQuery) -> ModelResult:
         key = query.key()
         if (found := self.results.get(key)) is not None:
             self._observe(query.kind, 0.0, cached=True)
             return ModelResult(found.score, found.label, found.error, cached=True)
+        failure = (query.condition, self.min_timeout_s)
+        if (failed := self.failures.get(failure)) is not None:
+            return ModelResult(error=failed, cached=True)
         started = time.perf_counter()
         result = await self._timed(query)
         self._observe(query.kind, time.perf_counter() - started, cached=False)
-        if result.error is None:  # a failure is tried again next time
+        if result.error is None:  # a failure is tried again next time (unless replaying)
             self.results[key] = result
+        elif self.replaying:
+            self.failures[failure] = result.error
         return result
 
     def _observe(self, kind: str, seconds: float, *, cached: bool) -> None:
@@ -207,18 +222,42 @@ class RoutingOracle:
             observer(kind, seconds, cached)
 
     async def _timed(self, query: ConditionQuery) -> ModelResult:
+        """The condition's result within its timeout_s, with its own access line whatever
+        its end (the asking request's cancellation too)."""
+        started = time.perf_counter()
+        status, result = 499, ModelResult(error="the request went away")
+        try:
+            status, result = await self._within_timeout(query)
+        finally:
+            if not self.replaying:  # a replay (zest route test) serves no request
+                _access_line(query, status, time.perf_counter() - started, result.error)
+        return result
+
+    async def _within_timeout(self, query: ConditionQuery) -> tuple[int, ModelResult]:
+        """The result, and the status its access line says. A time-out cancels the work: a
+        classifier's generation stops at its engine's next step."""
         condition = query.condition
+        timeout_s = max(condition.timeout_s, self.min_timeout_s)
         try:
             if isinstance(condition, SimilarTo):
                 work = self._similarity(query, condition)
             else:
                 work = _classify(query, condition)
-            return await asyncio.wait_for(work, condition.timeout_s)
+            result = await asyncio.wait_for(work, timeout_s)
         except TimeoutError:
-            return ModelResult(error=f"timed out after {condition.timeout_s:g} s")
+            return 504, ModelResult(error=f"timed out after {timeout_s:g} s")
         except RequestError as exc:
-            log.warning("routing condition via %s failed: %s", condition.via, exc.message)
-            return ModelResult(error=exc.message)
+            if not self.replaying:
+                log.warning("routing condition via %s failed: %s", condition.via, exc.message)
+            return exc.status_code, ModelResult(error=exc.message)
+        except Exception as exc:  # a fault of zest's own: logged, and on_error still decides
+            log.exception("routing condition via %s failed", condition.via)
+            return 500, ModelResult(error=f"failed ({type(exc).__name__}): see the server log")
+        if result.error is not None:  # the model answered, but no label
+            if not self.replaying:
+                log.warning("routing condition via %s failed: %s", condition.via, result.error)
+            return 502, result
+        return 200, result
 
     async def _similarity(self, query: ConditionQuery, condition: SimilarTo) -> ModelResult:
         from zest.gateway.serving._embedding import embed_inputs  # it imports the runtime
@@ -245,6 +284,20 @@ class RoutingOracle:
         return vectors
 
 
+def _access_line(query: ConditionQuery, status: int, seconds: float, error: str | None) -> None:
+    """A model-backed condition's generation is a request of its route: it writes its line in
+    the access log, as the HTTP request that asked for it writes its own."""
+    access.info(
+        'routing - "%s %s" %d %s %.3fs%s',
+        query.kind.upper(),
+        query.condition.via,
+        status,
+        query.request_id,
+        seconds,
+        f" ({error})" if error else "",
+    )
+
+
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=True))
     norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
@@ -267,16 +320,38 @@ async def _classify(query: ConditionQuery, condition: Classify) -> ModelResult:
         privacy_of=query.caller,
         **inputs,
     )
-    answer, logprob = "", 0.0
+    answer, logprob, finish = "", 0.0, None
     try:  # a time-out cancels the wait here: the generation stops with it
         async for delta in gen.deltas():
             answer += delta.text
             logprob += sum(token.logprob for token in delta.logprobs)
+            finish = delta.finish_reason or finish
     finally:
         await gen.aclose()
-    label = json.loads(answer)
+    label = _label_in(answer, condition.labels)
+    if label is None:  # cut short, or stopped inside the label: on_error decides
+        return ModelResult(error=_no_label(answer, finish, condition.via))
     score = math.exp(logprob) if condition.min_score is not None else None
-    return ModelResult(score=score, label=str(label))
+    return ModelResult(score=score, label=label)
+
+
+def _label_in(answer: str, labels: Sequence[str]) -> str | None:
+    """The label the classifier's answer names (None: it names none, e.g. it was cut)."""
+    try:
+        said = json.loads(answer)
+    except json.JSONDecodeError:
+        return None
+    return said if isinstance(said, str) and said in labels else None
+
+
+def _no_label(answer: str, finish: str | None, via: str) -> str:
+    if finish == "length":
+        why = f"cut at its max_tokens: `zest check` says how far to raise routes.{via}.max_tokens"
+    elif finish == "stop":
+        why = f"it stopped inside a label: does routes.{via}.sampling.stop hold part of one?"
+    else:
+        why = f"finish_reason {finish}"
+    return f"the classifier's answer {shown(answer)} is none of its labels ({why})"
 
 
 def _classifier_request(condition: Classify, kind: str, text: str) -> tuple[Any, dict[str, Any]]:
@@ -293,7 +368,7 @@ def _classifier_request(condition: Classify, kind: str, text: str) -> tuple[Any,
     common: dict[str, Any] = {
         "model": condition.via,
         "temperature": 0.0,
-        "max_tokens": 32,
+        "max_tokens": condition.answer_tokens(),  # the longest label, a token a byte at worst
         "response_format": answer_format,
     }
     if kind == "chat":

@@ -89,6 +89,23 @@ def test_an_unknown_condition_kind_is_refused_with_a_hint() -> None:
     assert "did you mean 'keywords_any'?" in problem
 
 
+def test_condition_kinds_are_listed_as_the_file_spells_them() -> None:
+    """`not`, never pydantic's attribute `not_`: in the list, in the hint, and under it."""
+    chat = GOOD.replace("when: {min_prompt_tokens: 3000}", "when: {nto: {min_chars: 3}}")
+    chat = chat.replace("when: {metadata:", "when: {not: {min_char: 3}, metadata:")
+    kinds = (
+        "all, any, classify, has_images, has_tools, keywords_all, keywords_any, max_chars, "
+        "max_prompt_tokens, metadata, min_chars, min_prompt_tokens, not, queued_over, regex, "
+        "similar_to"
+    )
+    assert problems(chat) == [
+        "routes.yaml: routes.chat.rules.0.when.not.min_char: unknown key 'min_char': did you "
+        f"mean 'min_chars'? (allowed: {kinds})",
+        "routes.yaml: routes.chat.rules.2.when.nto: unknown key 'nto': did you mean 'not'? "
+        f"(allowed: {kinds})",
+    ]
+
+
 def test_a_bad_regex_names_the_construct() -> None:
     chat = GOOD.replace('keywords_any: ["def ", "```"]', 'regex: "(a)\\\\1"')
     (problem,) = problems(chat)
@@ -145,11 +162,57 @@ def test_an_image_rule_whose_target_cannot_read_images_is_warned_of() -> None:
     rules: [{id: remote, when: {has_images: true}, to: chat-up}]
 """
     warnings = rule_warnings(parse_routes(HEAD + chat, "routes.yaml"))
+    # As the server answers: no attempt that can read images, 400; one privacy leaves out, 503.
     assert [w for w in warnings if "(has_images)" in w] == [
-        "routes.chat.rules.0.to: route 'chat-local' has no remote model 'chat' may reach, and "
-        "zest's own engines read no images: every request this rule sends there (has_images) "
-        "is refused (400)",
-        "routes.private.rules.0.to: route 'chat-up' has no remote model 'private' may reach, "
-        "and zest's own engines read no images: every request this rule sends there "
-        "(has_images) is refused (400)",
+        "routes.chat.rules.0.to: route 'chat-local' has no remote model, and zest's own engines "
+        "read no images: every request this rule sends there (has_images) is refused (400)",
+        "routes.private.rules.0.to: the remote model of route 'chat-up' is left out for the "
+        "requests 'private' sends (local_only), and zest's own engines read no images: every "
+        "request this rule sends there (has_images) is answered 503 (no attempt left to serve "
+        "it)",
     ]
+
+
+def classifying(labels: str, classifier: str = "") -> str:
+    """A chat route classifying by `labels` with a completion route of its own (`classifier`:
+    more of its keys)."""
+    return f"""  classifier: {{kind: completion, model: small{classifier}}}
+  chat:
+    kind: chat
+    model: small
+    rules:
+      - id: code
+        when:
+          classify: {{via: classifier, labels: {labels}, label: code, prompt: "Code? {{input}}"}}
+        to: chat-coder
+"""
+
+
+def test_a_label_the_classifier_route_may_cut_is_refused_naming_the_fix() -> None:
+    """issue 32: a label longer than the classifier route's max_tokens allows is cut, and the
+    condition errs on every request: `zest check` says so, with the number to raise it to."""
+    loads(classifying("[code, prose]", ", max_tokens: 7"))  # '"prose"' is 7 bytes
+    assert problems(classifying("[code, other]", ", max_tokens: 6")) == [
+        "routes.yaml: routes.chat.rules.0.when.classify.labels.1: label 'other' may take the "
+        'classifier up to 7 tokens (its answer is the label as JSON, "other", a token a byte '
+        "at worst), over the max_tokens of route 'classifier' (6): a label cut short is an error "
+        "(on_error decides); raise routes.classifier.max_tokens to 7, or shorten the label"
+    ]
+
+
+def test_a_label_holding_a_stop_of_the_classifier_route_is_refused() -> None:
+    chat = classifying('[code, "other code"]', ", sampling: {stop: [' c']}")
+    assert problems(chat) == [
+        "routes.yaml: routes.chat.rules.0.when.classify.labels.1: label 'other code' holds ' c', "
+        "a stop sequence of route 'classifier': its answer would end inside the label; rename "
+        "the label, or remove the stop from routes.classifier.sampling.stop"
+    ]
+
+
+def test_a_label_is_at_most_64_characters() -> None:
+    loads(classifying(f"[code, {'x' * 64}]", ", max_tokens: 66"))
+    [problem] = problems(classifying(f"[code, {'x' * 65}]", ", max_tokens: 67"))
+    assert problem.endswith(
+        "labels.1 is 65 characters, over zest's limit of 64: a label names a class; shorten "
+        "it (the prompt can say what each class means)"
+    ), problem
