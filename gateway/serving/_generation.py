@@ -168,18 +168,17 @@ async def start_choices(
     body: SamplingFields,
     request_id: str,
     events: RequestEvents | None = None,
+    prompts: Sequence[str] | None = None,
     **inputs: Any,
 ) -> list[Generation]:
     """The request's n generations, started together; choice i samples with seed + i when a
     seed is given, and `events` follow the first. A choice failing before its first token, or
-    the caller giving up (the client left), stops every other choice, started or not."""
-    bodies = [
-        body if i == 0 or body.seed is None else body.model_copy(update={"seed": body.seed + i})
-        for i in range(body.n)
-    ]
-    group = ChoiceGroup(body.n) if body.n > 1 else None  # admitted to the model's slots together
+    the caller giving up (the client left), stops every other choice, started or not.
+    `prompts` (a completions batch): n choices for each, in OpenAI's order (choice k is
+    prompt k // n's), routed once by the prompts joined with newlines."""
     if "routed" not in inputs:  # routed once: every choice is served by the same route
-        inputs["routed"] = await route_request(runtime, name, kind, body, inputs)
+        read = inputs if prompts is None else {**inputs, "prompt": "\n".join(prompts)}
+        inputs["routed"] = await route_request(runtime, name, kind, body, read)
     starts = [
         asyncio.ensure_future(
             start_generation(
@@ -187,13 +186,13 @@ async def start_choices(
                 name,
                 kind=kind,
                 body=each,
-                request_id=request_id if i == 0 else f"{request_id}-{i}",
-                events=events if i == 0 else None,
+                request_id=request_id if k == 0 else f"{request_id}-{k}",
+                events=events if k == 0 else None,
                 group=group,
-                **inputs,
+                **{**inputs, **own},
             )
         )
-        for i, each in enumerate(bodies)
+        for k, (each, group, own) in enumerate(_choices(body, prompts))
     ]
     try:
         await asyncio.wait(starts, return_when=asyncio.FIRST_EXCEPTION)
@@ -209,6 +208,22 @@ async def start_choices(
         return [start.result() for start in starts]
     await _stop_starts(starts)
     raise errors[0]
+
+
+def _choices(
+    body: SamplingFields, prompts: Sequence[str] | None
+) -> Iterator[tuple[SamplingFields, ChoiceGroup | None, dict[str, Any]]]:
+    """Each choice's body (seed + i for choice i of its prompt), the group its prompt's n
+    choices are admitted in together, and its own inputs (its prompt, in a batch)."""
+    bodies = [
+        body if i == 0 or body.seed is None else body.model_copy(update={"seed": body.seed + i})
+        for i in range(body.n)
+    ]
+    for prompt in [None] if prompts is None else prompts:
+        group = ChoiceGroup(body.n) if body.n > 1 else None
+        own = {} if prompt is None else {"prompt": prompt}
+        for each in bodies:
+            yield each, group, own
 
 
 async def _stop_starts(starts: list[asyncio.Task[Generation]]) -> None:

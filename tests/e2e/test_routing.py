@@ -437,6 +437,34 @@ def test_a_responses_input_image_is_forwarded_as_the_chat_part_it_stands_for(
     ]  # fmt: skip
 
 
+def test_bare_input_parts_are_a_user_turn_with_its_image_forwarded(
+    client: openai.OpenAI, replying: Proxy
+) -> None:
+    """Lemonade's other Responses shape, content parts without a message around them: the
+    image is seen by has_images and forwarded as the chat part of one user turn (issue 33)."""
+    parts = [
+        {"type": "input_text", "text": "What is in this picture?"},
+        {"type": "input_image", "image_url": "https://example.com/cat.png"},
+    ]
+    raw = client.responses.with_raw_response.create(
+        model="looks",
+        input=parts,
+        max_output_tokens=16,  # type: ignore[arg-type]
+    )
+    assert raw.headers["x-zest-rule"] == "images"
+    assert raw.parse().output_text == "Orange."
+    [received] = replying.requests
+    assert received.body["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is in this picture?"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+            ],
+        }
+    ]
+
+
 def test_an_image_sent_to_a_text_only_route_is_a_400_naming_it(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model="looks-local", messages=LOOK, max_tokens=4)
