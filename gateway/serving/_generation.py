@@ -28,6 +28,7 @@ from zest.engines import (
     Tokenizer,
 )
 from zest.errors import BadRequestError, ContextLengthExceededError, RequestError
+from zest.gateway.serving._abandoned import note_queued, stopped_line, written_when_stopped
 from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
@@ -178,7 +179,8 @@ async def start_choices(
     prompt k // n's), routed once by the prompts joined with newlines."""
     if "routed" not in inputs:  # routed once: every choice is served by the same route
         read = inputs if prompts is None else {**inputs, "prompt": "\n".join(prompts)}
-        inputs["routed"] = await route_request(runtime, name, kind, body, read)
+        with stopped_line(request_id, name):
+            inputs["routed"] = await route_request(runtime, name, kind, body, read)
     starts = [
         asyncio.ensure_future(
             start_generation(
@@ -240,6 +242,7 @@ def _started(start: asyncio.Task[Generation]) -> bool:
     return start.done() and not start.cancelled() and start.exception() is None
 
 
+@written_when_stopped
 async def start_generation(
     runtime: Runtime,
     name: str,
@@ -444,6 +447,7 @@ class _Walk:
             try:
                 gen = await self._try(attempt)
             except RequestError as error:
+                note_queued(False)  # its job, if any, ended with the error: the next has none
                 self._give_up_or_log(attempt, error, last=index + 1 == len(attempts))
                 continue
             gen.fallbacks, gen.events = self.fallbacks, self.events
@@ -480,6 +484,7 @@ class _Walk:
             raise
         label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
         job = self._job(prompt, budget, label)
+        note_queued()  # the runner has the job at once: it, or the engine, writes its line
         stream = lease.stream(job)
         try:
             first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")

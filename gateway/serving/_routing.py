@@ -196,8 +196,13 @@ class RoutingOracle:
             self._observe(query.kind, 0.0, cached=True)
             return ModelResult(found.score, found.label, found.error, cached=True)
         started = time.perf_counter()
-        result = await self._timed(query)
+        try:
+            result = await self._timed(query)
+        except asyncio.CancelledError:  # the request was abandoned: the line says so
+            _log_condition(query, "stopped (the request was abandoned)", started)
+            raise
         self._observe(query.kind, time.perf_counter() - started, cached=False)
+        _log_condition(query, _outcome(result), started)
         if result.error is None:  # a failure is tried again next time
             self.results[key] = result
         return result
@@ -243,6 +248,27 @@ class RoutingOracle:
             )
             vectors = self.phrases[key] = list(embedded.result.vectors)
         return vectors
+
+
+def _log_condition(query: ConditionQuery, outcome: str, started: float) -> None:
+    """A model-backed condition's request has a line of its own, however it ended, as every
+    request has (a cached result made no request)."""
+    log.info(
+        "routing: %s via %s: %s seconds=%.3f",
+        query.kind,
+        query.condition.via,
+        outcome,
+        time.perf_counter() - started,
+    )
+
+
+def _outcome(result: ModelResult) -> str:
+    if result.error is not None:
+        return f"failed ({result.error})"
+    found = [f"label={result.label!r}"] if result.label is not None else []
+    if result.score is not None:
+        found.append(f"score={result.score:.3f}")
+    return " ".join(found)
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
