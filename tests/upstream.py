@@ -80,6 +80,8 @@ class Behaviour:
     event_delay_s: float = 0.0  # wait before forwarding each SSE event...
     delay_after_events: int = 0  # ...once this many went through at full speed
     reply: str | None = None  # answer every request with this text, streamed, unforwarded
+    # With `reply`: its text first, then its end only once this is set (a test releases it).
+    release: threading.Event | None = None
     # Stream this text again and again, unforwarded, until the client leaves: a generation
     # held open for as long as a test needs (Proxy.left is set once the client is gone).
     endless: str | None = None
@@ -149,7 +151,7 @@ class Proxy:
         if b.answer_429 > 0 or b.answer_503 > 0:
             await self._refuse(send, b)
         elif b.reply is not None:
-            await self._stream_reply(send, b.reply)
+            await self._stream_reply(send, b.reply, b.release)
         elif b.endless is not None:
             await self._stream_endless(receive, send, b.endless)
         elif b.status is not None:
@@ -177,8 +179,9 @@ class Proxy:
         await send({"type": "http.response.start", "status": status, "headers": raw})
         await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
 
-    async def _stream_reply(self, send: Send, text: str) -> None:
-        """`text` as an OpenAI chat stream: one delta, the finish, the usage, [DONE]."""
+    async def _stream_reply(self, send: Send, text: str, release: threading.Event | None) -> None:
+        """`text` as an OpenAI chat stream: one delta, the finish, the usage, [DONE]; with
+        `release`, the delta, then the rest once it is set."""
         self.statuses.append(200)
         chunk = {"id": "chatcmpl-proxy", "object": "chat.completion.chunk", "model": "proxy"}
         events = [
@@ -186,10 +189,14 @@ class Proxy:
             {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
             {**chunk, "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}},
         ]
-        body = "".join(f"data: {json.dumps(event)}\n\n" for event in events)
+        sse = [f"data: {json.dumps(event)}\n\n".encode() for event in events]
         headers = [(b"content-type", b"text/event-stream")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": (body + "data: [DONE]\n\n").encode()})
+        if release is not None:
+            await send({"type": "http.response.body", "body": sse.pop(0), "more_body": True})
+            while not release.is_set():
+                await asyncio.sleep(0.02)  # a pace, not a deadline: the test releases it
+        await send({"type": "http.response.body", "body": b"".join(sse) + b"data: [DONE]\n\n"})
 
     async def _stream_endless(self, receive: Receive, send: Send, text: str) -> None:
         """`text` as chat stream deltas, one after another, until the client goes away."""

@@ -43,7 +43,7 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
-    def wait_for_log(self, needle: str, timeout: float = 30.0) -> str:
+    def wait_for_log(self, needle: str, timeout: float = 300.0) -> str:  # a hang guard
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in self.log().splitlines():
@@ -145,7 +145,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture
 def http(server: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+    with httpx.Client(base_url=server.base_url, timeout=600) as client:
         yield client
 
 

@@ -77,5 +77,5 @@ def test_a_burst_is_bounded_refused_with_429_and_leaves_the_model_idle(zest: Ser
         time.sleep(0.02)
     assert (entry["busy"], entry["requests_in_flight"], entry["queued"]) == (False, 0, 0), entry
     # Idle means unloadable: the 429s held no lease that would make unload answer 409.
-    unload = httpx.post(f"{zest.v1}/unload", json={"model": "smol"}, timeout=60)
+    unload = httpx.post(f"{zest.v1}/unload", json={"model": "smol"}, timeout=600)
     assert unload.status_code == 200, unload.text

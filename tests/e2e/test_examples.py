@@ -143,7 +143,7 @@ def exposed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def test_exposed_models_are_addressable_by_id(exposed: Server) -> None:
-    with httpx.Client(base_url=exposed.v1, timeout=60) as http:
+    with httpx.Client(base_url=exposed.v1, timeout=600) as http:
         ids = [(m["id"], m["zest"]["type"]) for m in http.get("/models").json()["data"]]
         assert ids == [("chat", "task"), ("smollm2", "model")]
         for path, body in (
@@ -171,7 +171,7 @@ def test_the_extraction_task_answers_in_its_schema_whatever_the_client_sends(
     assert isinstance(invoice["total"], int | float)
     assert invoice["currency"] in {"EUR", "USD", "GBP"}
     # The route's format wins over the client's (json_object here): still the invoice schema.
-    with openai.OpenAI(base_url=extraction.v1, api_key="u", max_retries=0, timeout=60) as client:
+    with openai.OpenAI(base_url=extraction.v1, api_key="u", max_retries=0, timeout=600) as client:
         answer = client.chat.completions.create(
             model="extract_invoice",
             messages=[{"role": "user", "content": "Invoice 9 from ACME, total 3 EUR"}],
@@ -190,7 +190,7 @@ def embeddings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture
 def extraction_client(extraction: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=extraction.v1, api_key="u", max_retries=0, timeout=60) as made:
+    with openai.OpenAI(base_url=extraction.v1, api_key="u", max_retries=0, timeout=600) as made:
         yield made
 
 

@@ -340,7 +340,7 @@ def test_a_prompt_too_long_by_its_length_alone_is_refused_without_counting_it(
     body = {"model": "autocomplete", "prompt": "lorem ipsum " * 600_000}
 
     async def burst() -> list[httpx.Response]:
-        async with httpx.AsyncClient(base_url=str(http.base_url), timeout=120) as client:
+        async with httpx.AsyncClient(base_url=str(http.base_url), timeout=600) as client:
             return list(
                 await asyncio.gather(
                     *(client.post("/v1/completions", json=body) for _ in range(6)),

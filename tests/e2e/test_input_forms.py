@@ -26,7 +26,7 @@ PROMPTS = ["1, 2, 3, 4, 5, 6,", "Monday, Tuesday, Wednesday,"]
 
 @pytest.fixture
 def client(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120) as made:
+    with openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=600) as made:
         yield made
 
 

@@ -20,7 +20,7 @@ SERVED = {"task": "chat", **SERVED_MODEL}
 
 @pytest.fixture
 def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=600)
 
 
 def test_metrics_are_served_at_the_top_level_and_under_both_prefixes(server: Server) -> None:

@@ -229,7 +229,7 @@ def test_the_trace_is_there_when_the_header_asks(server: Server) -> None:
         f"{server.v1}/chat/completions",
         json=body,
         headers={"x-zest-route-trace": "1"},
-        timeout=120,
+        timeout=600,
     )
     assert answer.status_code == 200, answer.text
     zest = answer.json()["zest"]
@@ -315,7 +315,7 @@ def _long_answer(server: Server, number: int) -> None:
 
 def _until_overflow(server: Server) -> None:
     request = {"messages": [{"role": "user", "content": "Tell me a story."}]}
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a hang guard, not a speed bound
     while time.monotonic() < deadline:
         explained = explain(server, "chat", request).json()
         if explained["decision"]["matched_rule"] == "overflow":
@@ -325,7 +325,7 @@ def _until_overflow(server: Server) -> None:
 
 
 def explain(server: Server, task: str, request: dict[str, Any]) -> httpx.Response:
-    return httpx.post(f"{server.v1}/explain", json={"task": task, "request": request}, timeout=120)
+    return httpx.post(f"{server.v1}/explain", json={"task": task, "request": request}, timeout=600)
 
 
 # Privacy only tightens along a rule
@@ -486,7 +486,7 @@ def test_an_image_sent_to_a_text_only_route_is_a_400_naming_it(client: openai.Op
 
 def test_an_image_of_a_local_only_route_never_leaves(server: Server, replying: Proxy) -> None:
     body = {"model": "looks-private", "messages": LOOK, "max_tokens": 4}
-    answer = httpx.post(f"{server.v1}/chat/completions", json=body, timeout=120)
+    answer = httpx.post(f"{server.v1}/chat/completions", json=body, timeout=600)
     assert answer.status_code == 503, answer.text
     assert answer.headers["x-zest-rule"] == "images"
     assert "route 'vision' is local_only" in answer.json()["error"]["message"]
@@ -575,7 +575,7 @@ def test_a_reload_with_bad_rules_keeps_the_last_good_table(
 def reload_refused(server: Server, routes: Path, bad: dict[str, Any], good: str) -> list[str]:
     routes.write_text(yaml.safe_dump(bad, sort_keys=False))
     try:
-        refused = httpx.post(f"{server.v1}/admin/reload", timeout=120)
+        refused = httpx.post(f"{server.v1}/admin/reload", timeout=600)
     finally:
         routes.write_text(good)
     assert refused.status_code == 422, refused.text
@@ -589,7 +589,7 @@ def reload_refused(server: Server, routes: Path, bad: dict[str, Any], good: str)
 def test_metadata_of_ten_thousand_keys_is_refused_by_openais_limit(server: Server) -> None:
     metadata = {f"k{n}": "v" for n in range(10_000)}
     body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "metadata": metadata}
-    answer = httpx.post(f"{server.v1}/chat/completions", json=body, timeout=120)
+    answer = httpx.post(f"{server.v1}/chat/completions", json=body, timeout=600)
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
     assert error["param"] == "metadata"

@@ -169,7 +169,7 @@ def test_the_routes_tab_shows_how_a_route_stands_against_its_slo(
     opened: Opened, emulated: Server
 ) -> None:
     body = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
-    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=60).status_code == 200
+    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=600).status_code == 200
     opened.tab("routes")
     slo = opened.page.locator(".plan[data-task=chat] .slo")
     ttft = slo.locator(".badge[data-objective=ttft_p95]")
@@ -253,7 +253,7 @@ def test_the_playground_shows_the_routing_decision_and_its_trace(opened: Opened)
 
 def test_the_live_figures_chart_the_requests_served(opened: Opened, emulated: Server) -> None:
     body = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
-    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=60).status_code == 200
+    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=600).status_code == 200
     opened.tab("live")
     label = opened.page.locator("#chart-requests text.summary")
     label.wait_for()
