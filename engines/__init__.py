@@ -33,7 +33,7 @@ from zest.engines._base import (
 from zest.engines._compute import compute_bound, compute_executor, on_compute_thread
 from zest.engines._devices import Inventory, detect_inventory, parse_emulation
 from zest.engines._digests import DigestCache, ModelDigest, model_location, verify_model
-from zest.engines._gguf import GgufError, check_gguf_tensors
+from zest.engines._gguf import GgufError, check_gguf_tensors, read_gguf_metadata
 from zest.engines._llama_embed import LlamaCppEmbedder
 from zest.engines._llama_log import route_llama_log
 from zest.engines._llama_native import (
@@ -51,6 +51,7 @@ from zest.engines._pool import (
     LoadedEngine,
     ModelPolicy,
     describe,
+    kept_for,
 )
 from zest.engines._remote import CONTENT_PARTS, RemoteEngine
 from zest.engines._sources import (
@@ -102,6 +103,7 @@ __all__ = [
     "StopMatcher",
     "TokenLogprob",
     "Tokenizer",
+    "check_model_data",
     "check_model_files",
     "compute_bound",
     "compute_executor",
@@ -111,12 +113,14 @@ __all__ = [
     "engine_kind",
     "hf_hub_cache_dir",
     "inspect_model",
+    "kept_for",
     "load_internals",
     "load_tokenizer",
     "model_location",
     "new_model",
     "on_compute_thread",
     "parse_emulation",
+    "read_gguf_metadata",
     "resolve_source",
     "route_llama_log",
     "use_zest_cache",
@@ -207,17 +211,24 @@ def inspect_model(model_id: str, config: ModelConfig, base_dir: Path) -> ModelFa
 
 def check_model_files(model_id: str, config: ModelConfig, base_dir: Path) -> ModelFacts | None:
     """Cheap checks that a model's files can load, without loading them (blocking: a thread):
-    they are there and read as the model (`inspect_model`, whose facts it returns), and a
-    GGUF holds every tensor its header declares (a download cut short has a header that
-    reads). Raises what a load of them would, as a RequestError."""
+    they are there and read as the model (`inspect_model`, whose facts it returns), and they
+    hold what their header declares (`check_model_data`). Raises what a load of them would,
+    as a RequestError."""
     facts = inspect_model(model_id, config, base_dir)
+    check_model_data(model_id, config, base_dir)
+    return facts
+
+
+def check_model_data(model_id: str, config: ModelConfig, base_dir: Path) -> None:
+    """A GGUF model's tensors where its header says, all inside the file (a download cut short
+    has a header that reads), as llama.cpp checks them before a load, reading no weight
+    (blocking: a thread). EngineError (a RequestError) when they are not."""
     if isinstance(config, LlamaCppModel):
         path = resolve_source(config.source, base_dir, config.revision)
         try:
             check_gguf_tensors(path)
         except (GgufError, OSError) as exc:
             raise EngineError(f"model {model_id!r}: cannot load {path}: {exc}") from exc
-    return facts
 
 
 def create_engine(

@@ -351,6 +351,9 @@ class Delta:
     prompt_tokens: int | None = None
     # On the last delta, when the job asked for them: every generated token's log probability.
     logprobs: tuple[TokenLogprob, ...] = ()
+    # On the last delta of a generation a stop sequence ended: that sequence (Anthropic's
+    # stop_sequence names it; None for the end of generation or an upstream's stop).
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@
         ├── PermissionDeniedError   403 permission_error: an admin route without the admin key,
         │                           a Host or a web page's Origin the server does not take
         ├── UnknownTaskError        404 code=model_not_found
+        ├── RequestTooLargeError    413 a body over ZEST_MAX_BODY_BYTES, refused before it is
+        │                           read whole (where Litestar does not read it: /mcp)
         ├── UnsupportedMediaTypeError 415 code=unsupported_media_type: a body not sent as JSON
         ├── ModelBusyError          409 code=model_busy: unloading a model that serves requests
         ├── ClientDisconnectedError 499 the client went away (nobody reads it; names the outcome)
@@ -66,6 +68,7 @@ __all__ = [
     "PrivacyError",
     "PullError",
     "RequestError",
+    "RequestTooLargeError",
     "ServiceUnavailableError",
     "ShuttingDownError",
     "UnknownTaskError",
@@ -213,6 +216,14 @@ class UnknownTaskError(RequestError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, param="model", code="model_not_found")
+
+
+class RequestTooLargeError(RequestError):
+    """A body larger than the server takes, refused as its length is known (where zest reads
+    the body itself: /mcp; Litestar's own 413 for the bodies it reads counts as http_413)."""
+
+    status_code = 413
+    outcome = "request_too_large"
 
 
 class UnsupportedMediaTypeError(RequestError):

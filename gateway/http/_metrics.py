@@ -102,7 +102,9 @@ class Metrics:
     def _define(self) -> None:
         served = ("task", "model", "device")
         self.requests = self._counter(
-            "zest_requests", "Generation requests by how they ended.", (*served, "outcome")
+            "zest_requests",
+            "Generation requests by how they ended, and the API dialect they were sent in.",
+            (*served, "outcome", "dialect"),
         )
         self.ttft = Histogram(
             "zest_time_to_first_token_seconds",
@@ -176,9 +178,10 @@ class Metrics:
     def _counter(self, name: str, doc: str, labels: tuple[str, ...]) -> Counter:
         return Counter(name, doc, labels, registry=self.registry)
 
-    def begin(self, task: str | None = None) -> RequestRecord:
-        """A record for a request arriving now; `task` when the path already names it."""
-        record = RequestRecord(self)
+    def begin(self, task: str | None = None, dialect: str = "openai") -> RequestRecord:
+        """A record for a request arriving now; `task` when the path already names it, and
+        the dialect its endpoint speaks."""
+        record = RequestRecord(self, dialect)
         self.sample_queue()
         if task is not None:
             record.task_named(task)
@@ -289,8 +292,9 @@ class RequestRecord(RequestEvents):
     class, not a dataclass: Litestar would resolve a dataclass's annotations (Generation).
     """
 
-    def __init__(self, metrics: Metrics | None = None) -> None:
+    def __init__(self, metrics: Metrics | None = None, dialect: str = "openai") -> None:
         self.metrics = metrics
+        self.dialect = dialect  # a label: the request path never knows it
         self.arrived = time.perf_counter()
         self.task: str | None = None
         self.rule: str | None = None  # the rule that chose the route (tasks with rules)
@@ -355,7 +359,7 @@ class RequestRecord(RequestEvents):
 
     def _publish(self, metrics: Metrics) -> None:
         task = self.task or UNKNOWN
-        metrics.requests.labels(task, self.model, self.device, self.outcome).inc()
+        metrics.requests.labels(task, self.model, self.device, self.outcome, self.dialect).inc()
         if self.rule is not None:
             metrics.route_decisions.labels(task, self.rule).inc()
         for reason in self.fallback_reasons:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -102,6 +103,8 @@ class Generation:
     decision: Decision | None = None
     trace: bool = False
     ruled: bool = False  # the task has rules (they read the request's metadata)
+    # Seconds the serving attempt waited for its engine: its load, when the request caused one.
+    load_s: float = 0.0
 
     @property
     def approximate(self) -> bool:
@@ -473,9 +476,9 @@ class _Walk:
 
     async def _try(self, attempt: Attempt) -> Generation:
         self.deadline.check()
-        self.loading = True
+        self.loading, asked = True, time.perf_counter()
         lease = await self.runtime.acquire(self.routes, attempt.model, attempt.placement)
-        self.loading = False
+        self.loading, load_s = False, time.perf_counter() - asked
         info, tokenizer = lease.info, lease.engine.tokenizer()
         try:
             fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
@@ -503,6 +506,7 @@ class _Walk:
             deadline=self.deadline,
             counted_approximately=tokenizer is None,
             tools=self.tools,
+            load_s=load_s,
         )
 
     def _fit(self, tokenizer: Tokenizer | None, info: EngineInfo) -> tuple[Fitted, Budget, Prompt]:
@@ -511,6 +515,8 @@ class _Walk:
         planning count of the request's prompt is reused)."""
         route, requested = self.plan.route, self.body.requested_max_tokens()
         context = info.context_length or None  # 0: a remote model that declares none
+        if (cap := self.body.context_cap()) is not None and (context is None or cap < context):
+            context = cap  # a smaller context asked for (Ollama's num_ctx), never a larger
         trimming = route.context.on_overflow == "trim" or self.body.trims_to_fit()
         limit = prompt_limit(
             task=self.plan.task,

@@ -22,6 +22,7 @@ from tests.e2e.hostile_corpus import (
     plain_refusals,
     routing_abuse,
 )
+from tests.e2e.hostile_dialects import anthropic_cases, mcp_cases
 from tests.e2e.hostile_http import body_limit, headers, methods, paths
 from tests.e2e.rawhttp import Reply, send
 
@@ -37,6 +38,8 @@ CORPUS: list[Case] = [
     *methods(),
     *headers(),
     *body_limit(),
+    *anthropic_cases(),
+    *mcp_cases(),
 ]
 CLIENTS = 4  # requests in flight at once: the corpus is sent as a few busy clients would
 
