@@ -34,6 +34,7 @@ from zest.engines._compute import compute_bound, compute_executor, on_compute_th
 from zest.engines._devices import Inventory, detect_inventory, parse_emulation
 from zest.engines._digests import DigestCache, ModelDigest, model_location, verify_model
 from zest.engines._gguf import GgufError, check_gguf_tensors, read_gguf_metadata
+from zest.engines._kv_cells import KvCells
 from zest.engines._llama_embed import LlamaCppEmbedder
 from zest.engines._llama_log import route_llama_log
 from zest.engines._llama_native import (
@@ -89,6 +90,7 @@ __all__ = [
     "EngineSpec",
     "GenerationJob",
     "Inventory",
+    "KvCells",
     "Lease",
     "LlamaCppTokenizer",
     "LoadedEngine",

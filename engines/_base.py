@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 
 from zest.engines._admission import Admission, ChoiceGroup
+from zest.engines._kv_cells import KvCells
 from zest.errors import BadRequestError
 from zest.router import (
     ENGINE_MODELS,
@@ -414,6 +415,11 @@ class Engine(ABC):
 
     def tokenizer(self) -> Tokenizer | None:
         """The loaded model's tokenizer (None: the engine has none, as a remote upstream)."""
+        return None
+
+    def kv_cells(self) -> KvCells | None:
+        """The KV cells its context holds, as last counted (None: the engine does not say:
+        a remote upstream, an engine whose generator owns its cache)."""
         return None
 
     def note_queued(self, priority: int | None) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zest.engines._base import Delta, GenerationJob, StageStats
+from zest.engines._kv_cells import KvCells, count_cells
 from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
 from zest.engines._prefix_cache import PrefixCache
@@ -113,6 +114,8 @@ class BatchScheduler:
         # loop: Runner -> Engine.note_queued; one attribute, read once a step).
         self.queued_priority: int | None = None
         self._outbox = Outbox()  # a step's deltas reach the event loop in one wake-up
+        # The context's cells, counted between steps by this scheduler's thread.
+        self.kv = KvCells()
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
         self._thread.start()
 
@@ -140,8 +143,13 @@ class BatchScheduler:
             self._retire_cancelled()
             if self._active:
                 self._step()  # it hands over what is held while its llama_decode runs
+            self.kv = self._count_cells()
             if not self._active:
                 self._outbox.flush()  # no step left to overlap with, and _admit may block
+
+    def _count_cells(self) -> KvCells:
+        kept = self._cache.kept() if self._cache is not None else {}
+        return count_cells(self._ctx, [s.seq for s in self._active], self._free, kept)
 
     def _admit(self) -> bool:
         """Move waiting requests into free slots; block while there is nothing to do."""
@@ -173,7 +181,17 @@ class BatchScheduler:
     def _start(self, task: Task, seq: int) -> None:
         job = task.job
         task.outbox = self._outbox
-        slot = _Slot(task, seq, self._new_output(job), self._new_sampler(job))
+        try:  # a sampler llama.cpp refuses (its grammar) fails the job, never this thread
+            slot = _Slot(task, seq, self._new_output(job), self._new_sampler(job))
+        except Exception as exc:
+            if self._cache is None:
+                self._ctx.forget(seq)
+            else:
+                self._cache.release(seq, keep=False)
+            with self._cond:
+                self._free.append(seq)
+            task.fail(exc)
+            return
         if job.speculative is not None:
             slot.drafter = PromptLookup(
                 job.prompt_tokens, job.speculative.tokens, job.speculative.ngram

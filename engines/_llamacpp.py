@@ -34,6 +34,7 @@ from zest.engines._base import (
     control_pattern,
 )
 from zest.engines._gguf import GgufError, GgufFacts, read_gguf_facts
+from zest.engines._kv_cells import KvCells
 from zest.engines._llama_batch import BatchScheduler
 from zest.engines._llama_grammar import new_grammar_sampler, with_checked_grammar
 from zest.engines._llama_log import buffers_logged, route_llama_log
@@ -342,6 +343,9 @@ class LlamaCppEngine(Engine):
 
     def tokenizer(self) -> LlamaCppTokenizer | None:
         return self._tokenizer
+
+    def kv_cells(self) -> KvCells | None:
+        return None if self._runner is None else self._runner.kv
 
     def note_queued(self, priority: int | None) -> None:
         if isinstance(self._runner, BatchScheduler):

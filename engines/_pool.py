@@ -462,4 +462,7 @@ def describe(entry: LoadedEngine, now: float, policy: ModelPolicy | None) -> dic
         "keep_alive_s": keep_alive,
         "unloads_in_s": None if keep_alive is None else round(max(keep_alive - idle, 0.0), 3),
         "retired": entry.retired,
+        # Its context's KV cells, as its scheduler last counted them (null: not counted):
+        # running sequences', prompts kept for reuse, and stray ones (a leak; always 0).
+        "kv_cells": None if (cells := entry.engine.kv_cells()) is None else cells.as_dict(),
     }

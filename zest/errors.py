@@ -11,7 +11,9 @@
         │   └── ContextLengthExceededError   400 code=context_length_exceeded
         ├── AuthenticationError     401 code=invalid_api_key (WWW-Authenticate: Bearer)
         ├── PermissionDeniedError   403 permission_error: an admin route without the admin key,
-        │                           a Host or a web page's Origin the server does not take
+        │   │                       a Host or a web page's Origin the server does not take
+        │   └── TaskNotAllowedError code=task_not_allowed: a named client calls a task its
+        │                           routes.yaml entry does not list
         ├── UnknownTaskError        404 code=model_not_found
         ├── RequestTooLargeError    413 a body over ZEST_MAX_BODY_BYTES, refused before it is
         │                           read whole (where Litestar does not read it: /mcp)
@@ -22,6 +24,8 @@
         ├── GatewayTimeoutError     504 code=first_token_timeout | total_timeout
         ├── OverloadedError         429 code=overloaded: a model's queue is full (Retry-After),
         │                           or the upstream kept answering 429
+        ├── RateLimitedError        429 code=rate_limit_exceeded: a named client is over one of
+        │                           its limits (Retry-After, x-ratelimit-*); holds nothing
         ├── EngineError             500 an engine failed while generating (foreign errors chained)
         └── ServiceUnavailableError 503 (model not loaded, engine not installed; code
             │                       model_load_failed: its files would not load;
@@ -30,6 +34,8 @@
             ├── ModelFileMissingError   code=model_not_available: the model's file is not here
             ├── ModelDigestMismatchError code=model_digest_mismatch: the file is not the pinned one
             ├── PrivacyError        code=privacy_forbidden: a remote engine refused the request
+            ├── LimitsUnavailableError code=limits_unavailable: the limits' store cannot be
+            │                       reached and ZEST_LIMITS_ON_STORE_ERROR=deny (Retry-After)
             └── ShuttingDownError   code=shutting_down: the server drains (Retry-After)
 
 Each RequestError class declares its HTTP status, OpenAI `type`, its metrics `outcome` label,
@@ -60,6 +66,7 @@ __all__ = [
     "EngineError",
     "EvalFileError",
     "GatewayTimeoutError",
+    "LimitsUnavailableError",
     "ModelBusyError",
     "ModelDigestMismatchError",
     "ModelFileMissingError",
@@ -67,10 +74,12 @@ __all__ = [
     "PermissionDeniedError",
     "PrivacyError",
     "PullError",
+    "RateLimitedError",
     "RequestError",
     "RequestTooLargeError",
     "ServiceUnavailableError",
     "ShuttingDownError",
+    "TaskNotAllowedError",
     "UnknownTaskError",
     "UnsupportedMediaTypeError",
     "UpstreamRejectedError",
@@ -210,6 +219,16 @@ class PermissionDeniedError(RequestError):
         super().__init__(message, code=code)
 
 
+class TaskNotAllowedError(PermissionDeniedError):
+    """A named client calls a task its entry in routes.yaml does not list (clients.NAME.tasks)."""
+
+    outcome = "task_not_allowed"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="task_not_allowed")
+        self.param = "model"
+
+
 class UnknownTaskError(RequestError):
     status_code = 404
     outcome = "unknown_task"
@@ -326,6 +345,32 @@ class OverloadedError(RequestError):
         self.retry_after = retry_after
         if retry_after is not None:
             self.headers["retry-after"] = str(retry_after)
+
+
+class RateLimitedError(RequestError):
+    """A named client is over one of its limits (docs/teams.md): nothing was reserved for the
+    request. `limit` is OpenAI's error type: requests or tokens."""
+
+    status_code = 429
+    outcome = "rate_limited"
+    retryable = True  # later: Retry-After says when
+
+    def __init__(self, message: str, *, limit: str, headers: dict[str, str]) -> None:
+        super().__init__(message, code="rate_limit_exceeded")
+        self.error_type = limit  # OpenAI's 429s say which limit: "requests" or "tokens"
+        self.headers.update(headers)
+
+
+class LimitsUnavailableError(ServiceUnavailableError):
+    """The store of the clients' limits cannot be reached, and the operator chose to refuse
+    limited clients meanwhile (ZEST_LIMITS_ON_STORE_ERROR=deny)."""
+
+    outcome = "limits_unavailable"
+    advances = False  # no attempt of the plan would answer otherwise
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message, code="limits_unavailable")
+        self.headers["retry-after"] = str(retry_after)
 
 
 class PrivacyError(ServiceUnavailableError):

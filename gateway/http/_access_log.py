@@ -5,8 +5,9 @@ uvicorn writes its access line when an answer's headers go out, and not at all o
 is gone: a request abandoned before its first token (queued, prefilling, loading its model) left
 no line. `AccessLog` wraps the app instead and writes each request's line when it ends: the
 status sent (499 when the client left before any answer), the request id, the API dialect its
-endpoint speaks (openai, anthropic, ...: `-` when no endpoint matched), how long it took, and
-whether the client left early. Values of key-like query parameters (`?api_key=`, `token=`, ...)
+endpoint speaks (openai, anthropic, ...: `-` when no endpoint matched), the caller (a named
+client's name, never its key; anonymous, admin; `-` where no key was asked), how long it took,
+and whether the client left early. Values of key-like query parameters (`?api_key=`, `token=`, ...)
 are replaced before the line is written.
 """
 
@@ -19,6 +20,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from zest.gateway.http._callers import caller_name
 from zest.gateway.http._dialect import dialect_of
 
 __all__ = ["AccessLog", "RedactCredentials", "redact_query"]
@@ -101,6 +103,7 @@ class AccessLog:
             return
         started, exchange = time.perf_counter(), _Exchange()
         target = _target(scope)  # as sent: a mounted app's router rewrites the scope's path
+        scope.setdefault("state", {})  # where the guard puts the caller, read back below
 
         async def watched_receive() -> Message:
             message = await receive()
@@ -119,7 +122,7 @@ class AccessLog:
         finally:
             status, note = exchange.outcome(failed)
             log.info(
-                '%s - "%s %s HTTP/%s" %d %s %s %.3fs%s',
+                '%s - "%s %s HTTP/%s" %d %s %s %s %.3fs%s',
                 _client(scope),
                 scope["method"],
                 redact_query(target),
@@ -127,6 +130,7 @@ class AccessLog:
                 status,
                 exchange.request_id,
                 dialect_of(scope).name,  # the app's router put the handler in the scope
+                caller_name(scope),  # a client's name, never its key (- where none was asked)
                 time.perf_counter() - started,
                 note,
             )

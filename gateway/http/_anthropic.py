@@ -13,6 +13,7 @@ from litestar import Request, Response, post
 
 from zest.gateway.http._anthropic_shape import ANTHROPIC, MessageShape
 from zest.gateway.http._body import IGNORED
+from zest.gateway.http._callers import caller_of
 from zest.gateway.http._dialect import DIALECT
 from zest.gateway.http._exchange import (
     event_stream,
@@ -63,6 +64,7 @@ async def messages(
             tools=data.tool_use(),
             events=record,
             routing=data.routing_inputs(),
+            caller=caller_of(request),
         ),
     )
     metadata_read(request, gen)

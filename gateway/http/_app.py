@@ -33,6 +33,7 @@ from zest.gateway.http._answers import (
 from zest.gateway.http._anthropic import ANTHROPIC_HANDLERS
 from zest.gateway.http._auth import PUBLIC_PATHS
 from zest.gateway.http._body import JsonBodyPlugin, read_empty_body
+from zest.gateway.http._callers import CLIENT_DIRECTORY, ClientDirectory, caller_of
 from zest.gateway.http._dialect import dialect_of
 from zest.gateway.http._exchange import (
     event_stream,
@@ -42,6 +43,7 @@ from zest.gateway.http._exchange import (
     unless_disconnected,
 )
 from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
+from zest.gateway.http._held import release_held
 from zest.gateway.http._mcp import McpMount
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
@@ -67,6 +69,8 @@ from zest.gateway.http._responses import (
 )
 from zest.gateway.http._responses_api import ResponseShape
 from zest.gateway.http._security import HttpSecurity, body_too_large_message
+from zest.gateway.http._tracing import Tracing
+from zest.gateway.http._usage_route import usage
 from zest.gateway.http._web import web_asset, web_page
 from zest.gateway.serving import (
     ChatMessage,
@@ -87,6 +91,7 @@ from zest.gateway.serving import (
     embed_inputs,
     explain_request,
     explain_task,
+    prompt_to_judge,
     start_choices,
     start_generation,
     tool_use_for,
@@ -124,7 +129,14 @@ async def _respond(
     gens = await unless_disconnected(
         request,
         start_choices(
-            runtime, name, kind=kind, body=body, request_id=request_id, events=record, **inputs
+            runtime,
+            name,
+            kind=kind,
+            body=body,
+            request_id=request_id,
+            events=record,
+            caller=caller_of(request),
+            **inputs,
         ),
     )
     gen = gens[0]  # what served the first choice is what the headers show
@@ -205,7 +217,9 @@ async def task_endpoint(
                 f"task {task!r} is an embedding route: send 'input' (or 'prompt'), not messages",
                 param="messages",
             )
-        done = await embed_inputs(runtime, task, [data.text() or ""], events=record)
+        done = await embed_inputs(
+            runtime, task, [data.text() or ""], events=record, caller=caller_of(request)
+        )
         return _embedding_response(request, done, task, "float", record)
     kind: Kind = route.kind if route and route.kind != "embedding" else "chat"
     if data.messages is not None:
@@ -255,6 +269,7 @@ async def responses(
             tools=data.tool_use(),
             events=record,
             routing=data.routing_inputs(),
+            caller=caller_of(request),
         ),
     )
     metadata_read(request, gen)
@@ -278,7 +293,8 @@ async def embeddings(
 ) -> Response[Any]:
     """OpenAI embeddings; `model` names a task of kind embedding."""
     done = await unless_disconnected(
-        request, embed_inputs(runtime, data.model, data.inputs(), events=record)
+        request,
+        embed_inputs(runtime, data.model, data.inputs(), events=record, caller=caller_of(request)),
     )
     return _embedding_response(request, done, data.model, data.encoding_format, record)
 
@@ -383,6 +399,7 @@ async def explain_post(task: str, data: TaskRequest, runtime: Runtime) -> dict[s
     kind: Kind = "completion" if route.kind == "embedding" else route.kind  # text as it is
     prompt = build_prompt(route, kind, messages, data.text())
     tokens = await runtime.count_prompt(routes, route.model, prompt)
+    requested = data.requested_max_tokens()
     return explain_task(
         routes.config,
         runtime.inventory,
@@ -392,6 +409,7 @@ async def explain_post(task: str, data: TaskRequest, runtime: Runtime) -> dict[s
         strict_privacy=runtime.strict_privacy,
         contexts=await runtime.model_contexts(routes),
         device_bytes=runtime.device_bytes,
+        prompt=await prompt_to_judge(runtime, routes, route, prompt, requested=requested),
     )
 
 
@@ -508,7 +526,9 @@ def _drain_guard(runtime: Runtime) -> Callable[[ASGIConnection[Any, Any, Any, An
     return refuse_while_draining
 
 
-def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
+def create_app(
+    runtime: Runtime, settings: Settings | None = None, tracing: Tracing | None = None
+) -> Litestar:
     """The ASGI app; `runtime` starts (warm start, sweeps, reload triggers) on startup and is
     closed on shutdown.
 
@@ -519,6 +539,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
     settings = settings or Settings()
     runtime.apply(settings)
     security = HttpSecurity.from_settings(settings)
+    directory = ClientDirectory(runtime)  # the named clients' keys, per routes table
     reloader = Reloader(runtime, watch=settings.watch)
     handlers = [
         *OPS_HANDLERS,
@@ -539,9 +560,12 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         prometheus_metrics,
         last_stats,
         stats_history,
+        usage,
         openapi_json,
     ]
     metrics = Metrics(runtime)
+    # Traces, when OTEL_EXPORTER_OTLP_ENDPOINT says where (`tracing`: given, as tests give one).
+    metrics.tracing = tracing or Tracing.from_environment()
     mcp = McpMount(runtime, metrics, security.max_body_bytes)
     reloader.observers.append(mcp.routes_changed)
 
@@ -590,10 +614,13 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             Exception: _internal_error,
         },
         plugins=[JsonBodyPlugin()],
-        state=State({METRICS: metrics, ACCESS_POLICY: security.policy}),
+        middleware=[release_held],  # what a request held is given back when it ends
+        state=State(
+            {METRICS: metrics, ACCESS_POLICY: security.policy, CLIENT_DIRECTORY: directory}
+        ),
         lifespan=[lifespan],
         before_send=[replica_header(settings.replica())],
-        guards=[_drain_guard(runtime), *security.guards],
+        guards=[_drain_guard(runtime), *security.guards_with(directory.current)],
         cors_config=security.cors,
         request_max_body_size=security.max_body_bytes,
         openapi_config=openapi_config(),

@@ -16,9 +16,11 @@ from pydantic import ValidationError
 
 from zest.errors import RequestError, UnknownTaskError, shown
 from zest.gateway.http._body_errors import validation_error
+from zest.gateway.http._callers import caller_in
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._responses import zest_extension
 from zest.gateway.serving import (
+    Caller,
     ChatToolInput,
     EmbeddingToolInput,
     PromptToolInput,
@@ -84,8 +86,11 @@ class McpTools:
         if name == self.listing_name(config):
             return _result(_listing(config))
         record = self.metrics.begin(name, "mcp")
+        # The caller the app's guard found for the HTTP request that carried this message.
+        caller = caller_in(getattr(getattr(ctx, "request", None), "scope", {}) or {})
+        record.client = caller.name
         try:
-            return await self._call(name, arguments, config, record)
+            return await self._call(name, arguments, config, record, caller)
         except RequestError as exc:
             record.failed(exc)  # a record ends once: a failure it saw already stays
             log.info("MCP tool %s failed: %s", shown(name), exc)
@@ -95,7 +100,12 @@ class McpTools:
             raise
 
     async def _call(
-        self, name: str, arguments: dict[str, Any], config: RoutesFile, record: RequestRecord
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        config: RoutesFile,
+        record: RequestRecord,
+        caller: Caller,
     ) -> Any:
         route = config.routes.get(name)
         if route is None:
@@ -103,14 +113,20 @@ class McpTools:
             raise UnknownTaskError(f"unknown tool {shown(name)}: use one of {known} (tools/list)")
         given = _read(tool_input_of(route), arguments)
         if isinstance(given, EmbeddingToolInput):
-            done = await embed_inputs(self.runtime, name, [given.input], events=record)
+            done = await embed_inputs(
+                self.runtime, name, [given.input], events=record, caller=caller
+            )
             record.finish("ok")
             vector = list(done.result.vectors[0])
             return _result({"embedding": vector, "dimensions": len(vector)})
-        return await self._generate(name, given, record)
+        return await self._generate(name, given, record, caller)
 
     async def _generate(
-        self, name: str, given: ChatToolInput | PromptToolInput, record: RequestRecord
+        self,
+        name: str,
+        given: ChatToolInput | PromptToolInput,
+        record: RequestRecord,
+        caller: Caller,
     ) -> Any:
         chat = isinstance(given, ChatToolInput)
         gen = await start_generation(
@@ -122,6 +138,7 @@ class McpTools:
             messages=given.chat() if isinstance(given, ChatToolInput) else None,
             prompt=given.prompt if isinstance(given, PromptToolInput) else None,
             events=record,
+            caller=caller,
         )
         text, finish, produced = "", "stop", 0
         try:

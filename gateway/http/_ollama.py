@@ -19,6 +19,7 @@ from litestar import Request, Response, post
 from zest.errors import BadRequestError, RequestError
 from zest.gateway.http._auth import credential_of
 from zest.gateway.http._body import IGNORED
+from zest.gateway.http._callers import CLIENT_DIRECTORY, caller_of
 from zest.gateway.http._dialect import DIALECT, Dialect
 from zest.gateway.http._exchange import (
     event_stream,
@@ -84,10 +85,19 @@ def _may_unload(request: Request[Any, Any, Any]) -> bool:
     if policy is None:
         return True
     try:
-        policy.authorize(credential_of(request.headers), admin=True)
+        policy.authorize(credential_of(request.headers), admin=True, **_clients(request))
     except RequestError:
         return False
     return True
+
+
+def _clients(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    """The named clients' keys, as the guard compares them (a client's key is an API key)."""
+    directory = request.app.state.get(CLIENT_DIRECTORY)
+    if directory is None:
+        return {}
+    keys, entries = directory.current()
+    return {"clients": keys, "entries": entries}
 
 
 def _keep_alive(request: Request[Any, Any, Any], kept: KeepAlive | None) -> KeepAlive | None:
@@ -116,7 +126,7 @@ async def ollama_chat(
     note_ignored(request, data.ignored())
     keep = _keep_alive(request, data.kept())
     if not data.messages:  # Ollama's way to load (or unload) a model
-        asked = (data.task(), data.model, data.kept())
+        asked = (data.task(), data.model, data.kept(), data.stream)
         return await _load_answer(request, runtime, record, asked, keep=keep, shape="chat")
     start = start_choices(
         runtime,
@@ -125,6 +135,7 @@ async def ollama_chat(
         body=data.sampling(),
         request_id=request_id_of(request),
         events=record,
+        caller=caller_of(request),
         messages=data.chat_messages(),
         tools=data.tool_use(),
     )
@@ -144,7 +155,7 @@ async def ollama_generate(
     note_ignored(request, data.ignored())
     task, keep = data.task(), _keep_alive(request, data.kept())
     if data.loads_only():
-        asked = (task, data.model, data.kept())
+        asked = (task, data.model, data.kept(), data.stream)
         return await _load_answer(request, runtime, record, asked, keep=keep, shape="generate")
     kind = _kind_of(runtime, task)
     inputs = _generate_inputs(data, task, kind)
@@ -155,6 +166,7 @@ async def ollama_generate(
         body=data.sampling(),
         request_id=request_id_of(request),
         events=record,
+        caller=caller_of(request),
         **inputs,
     )
     gens = await unless_disconnected(request, start)
@@ -219,16 +231,18 @@ async def _load_answer(
     request: Request[Any, Any, Any],
     runtime: Runtime,
     record: RequestRecord,
-    asked: tuple[str, str, KeepAlive | None],
+    asked: tuple[str, str, KeepAlive | None, bool],
     *,
     keep: KeepAlive | None,
     shape: Shape,
 ) -> Response[Any]:
     """An empty prompt (or no messages): load the task's model, or with keep_alive 0 unload
     it (the unload's rule applies: a caller who may not is refused); answered with Ollama's
-    done_reason "load" or "unload". `asked`: the task, the model as named, its keep_alive."""
-    task, model, kept = asked
+    done_reason "load" or "unload". `asked`: the task, the model as named, its keep_alive,
+    whether it streams (one NDJSON line, else one JSON body)."""
+    task, model, kept, streams = asked
     record.task_named(task)
+    runtime.clients.check_task(caller_of(request), task)  # a client loads only its tasks
     if kept is not None and kept.unload:
         _require_unload(request)
         await unload_task(runtime, task)
@@ -246,14 +260,20 @@ async def _load_answer(
         body["response"] = ""
     body |= {"done": True, "done_reason": reason}
     headers = request_headers(request, request_id_of(request))
-    return Response(ndjson_line(body), media_type=NDJSON, headers=headers)
+    if streams:
+        return Response(ndjson_line(body), media_type=NDJSON, headers=headers)
+    return Response(body, headers=headers)
 
 
 def _require_unload(request: Request[Any, Any, Any]) -> None:
     """Raise the unload route's 401 or 403 unless the caller may unload models."""
     policy = request.app.state.get(ACCESS_POLICY)
-    if policy is not None:
-        policy.authorize(credential_of(request.headers), admin=True)
+    try:
+        if policy is not None:
+            policy.authorize(credential_of(request.headers), admin=True, **_clients(request))
+    except RequestError as exc:
+        exc.message = f"keep_alive 0 unloads the model, as POST /v1/unload does: {exc.message}"
+        raise
     if request.state.get(IGNORED):  # it is not ignored: it is done
         request.state[IGNORED] = [n for n in request.state[IGNORED] if n != "keep_alive"]
 
@@ -268,7 +288,9 @@ async def ollama_embed(
     started = time.perf_counter()
     note_ignored(request, data.ignored())
     keep = _keep_alive(request, data.kept())
-    work = embed_inputs(runtime, data.task(), list(data.texts()), events=record)
+    work = embed_inputs(
+        runtime, data.task(), list(data.texts()), events=record, caller=caller_of(request)
+    )
     done = await unless_disconnected(request, work)
     record.finish("ok")
     if keep is not None:
@@ -294,7 +316,9 @@ async def ollama_embeddings(
     """The older endpoint: one prompt, one vector (`{"embedding": [...]}`)."""
     note_ignored(request, ["options"] if data.options is not None else [])
     keep = _keep_alive(request, data.kept())
-    work = embed_inputs(runtime, data.task(), [data.prompt], events=record)
+    work = embed_inputs(
+        runtime, data.task(), [data.prompt], events=record, caller=caller_of(request)
+    )
     done = await unless_disconnected(request, work)
     record.finish("ok")
     if keep is not None:

@@ -2,6 +2,7 @@
 pool), a request's walk through its plan, explain, hot reload, timeouts and settings."""
 
 from zest.gateway.serving._anthropic import CountTokensRequest, MessagesRequest
+from zest.gateway.serving._clients import ADMIN, ANONYMOUS, Caller, ClientGate, format_reset
 from zest.gateway.serving._decision import (
     ExplainRequest,
     decide_request,
@@ -23,6 +24,8 @@ from zest.gateway.serving._generation import (
     start_choices,
     start_generation,
 )
+from zest.gateway.serving._held import request_scope
+from zest.gateway.serving._judge import prompt_to_judge
 from zest.gateway.serving._mcp_inputs import (
     ChatToolInput,
     EmbeddingToolInput,
@@ -71,18 +74,23 @@ from zest.gateway.serving._runtime import (
 from zest.gateway.serving._settings import (
     Settings,
 )
+from zest.gateway.serving._tool_text import ResponseText
 from zest.gateway.serving._tools import (
     ToolAnswer,
     tool_use_for,
 )
 
 __all__ = [
+    "ADMIN",
+    "ANONYMOUS",
     "IGNORED_FIELDS",
     "Bar",
     "Bars",
+    "Caller",
     "ChatMessage",
     "ChatRequest",
     "ChatToolInput",
+    "ClientGate",
     "CompletionRequest",
     "CountTokensRequest",
     "Drain",
@@ -106,6 +114,7 @@ __all__ = [
     "Pulled",
     "Reloader",
     "RequestEvents",
+    "ResponseText",
     "ResponsesRequest",
     "Runtime",
     "SamplingFields",
@@ -123,14 +132,17 @@ __all__ = [
     "explain_request",
     "explain_task",
     "format_explanation",
+    "format_reset",
     "input_schema",
     "load_task",
     "model_card",
     "model_cards",
     "model_file",
     "preflight",
+    "prompt_to_judge",
     "pull",
     "remove_model_file",
+    "request_scope",
     "route_request",
     "running_cards",
     "start_choices",

@@ -51,11 +51,11 @@ Sender = Callable[[Server, Case], httpx.Response | None]
 def send_openai(server: Server, case: Case) -> httpx.Response:
     if case.prompt is not None:
         body: dict[str, Any] = {"model": case.task, "prompt": case.prompt, "max_tokens": 1}
-        return httpx.post(f"{server.v1}/completions", json=body, timeout=300)
+        return httpx.post(f"{server.v1}/completions", json=body, timeout=900)
     body = {"model": case.task, "messages": case.messages, "max_tokens": 1}
     if case.tools:
         body["tools"] = case.tools
-    return httpx.post(f"{server.v1}/chat/completions", json=body, timeout=300)
+    return httpx.post(f"{server.v1}/chat/completions", json=body, timeout=900)
 
 
 def send_ollama(server: Server, case: Case) -> httpx.Response | None:
@@ -65,11 +65,11 @@ def send_ollama(server: Server, case: Case) -> httpx.Response | None:
     if case.prompt is not None:
         body: dict[str, Any] = {"model": case.task, "prompt": case.prompt, "options": options}
         return httpx.post(f"{server.base_url}/api/generate", json=body | {"stream": False},
-                          timeout=300)  # fmt: skip
+                          timeout=900)  # fmt: skip
     body = {"model": f"{case.task}:latest", "messages": case.messages, "options": options}
     if case.tools:
         body["tools"] = case.tools
-    return httpx.post(f"{server.base_url}/api/chat", json=body | {"stream": False}, timeout=300)
+    return httpx.post(f"{server.base_url}/api/chat", json=body | {"stream": False}, timeout=900)
 
 
 def send_anthropic(server: Server, case: Case) -> httpx.Response | None:
@@ -86,7 +86,7 @@ def send_anthropic(server: Server, case: Case) -> httpx.Response | None:
             for tool in case.tools
         ]
     headers = {"anthropic-version": "2023-06-01"}
-    return httpx.post(f"{server.v1}/messages", json=body, headers=headers, timeout=300)
+    return httpx.post(f"{server.v1}/messages", json=body, headers=headers, timeout=900)
 
 
 def send_mcp(server: Server, case: Case) -> httpx.Response | None:
@@ -174,6 +174,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, proxy: Proxy) -> Iterator[S
     path = folder / "routes.yaml"
     path.write_text(yaml.safe_dump(routes, sort_keys=False))
     running = start_server(path, folder / "zest.log", {"ZEST_WATCH": "false"})
+    # The rules' model-backed conditions have time limits (timeout_s): their models are
+    # loaded first, so that no case's decision depends on how long a load takes here.
+    for task in ("classifier", "embed"):
+        loaded = httpx.post(f"{running.v1}/load", json={"model": task}, timeout=900)
+        assert loaded.status_code == 200, loaded.text
     yield running
     stop_server(running)
 

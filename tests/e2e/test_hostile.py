@@ -21,6 +21,7 @@ from tests.e2e.hostile_corpus import (
     hostile_strings,
     plain_refusals,
     routing_abuse,
+    tool_depth,
 )
 from tests.e2e.hostile_dialects import anthropic_cases, mcp_cases
 from tests.e2e.hostile_http import body_limit, headers, methods, paths
@@ -34,6 +35,7 @@ CORPUS: list[Case] = [
     *grammar_bombs(),
     *plain_refusals(),
     *routing_abuse(),
+    *tool_depth(),
     *paths(),
     *methods(),
     *headers(),

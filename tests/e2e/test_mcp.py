@@ -233,7 +233,8 @@ def test_calls_are_counted_and_logged_as_mcp(zest: Server) -> None:
     scraped = scrape(f"{zest.base_url}/metrics")
     assert total(scraped, "zest_requests_total", dialect="mcp", task="chat", outcome="ok") >= 1
     assert total(scraped, "zest_requests_total", dialect="mcp") == before + 1
-    assert zest.wait_for_log('"POST /mcp HTTP/1.1" 200 req_').split()[-2] == "mcp"
+    line = zest.wait_for_log('"POST /mcp HTTP/1.1" 200 req_').split()
+    assert line[-3:-1] == ["mcp", "anonymous"]  # the dialect, then the caller (no client)
 
 
 # The app's guards, as for every endpoint

@@ -85,13 +85,14 @@ def served(tmp_path_factory: pytest.TempPathFactory, hub: str) -> Iterator[Serve
 
 @pytest.fixture
 def client(served: Server) -> Iterator[ollama.Client]:
-    made = ollama.Client(host=served.base_url, timeout=120)
+    # Generous: a constrained answer on a loaded 2-core machine takes its time (never timed).
+    made = ollama.Client(host=served.base_url, timeout=900)
     yield made
     made.close()
 
 
 def post(served: Server, path: str, body: Any, **headers: str) -> httpx.Response:
-    return httpx.post(f"{served.base_url}/api/{path}", json=body, headers=headers, timeout=120)
+    return httpx.post(f"{served.base_url}/api/{path}", json=body, headers=headers, timeout=900)
 
 
 # chat and generate
@@ -143,7 +144,9 @@ def test_chat_streams_a_line_per_piece_of_text(client: ollama.Client) -> None:
     assert last.eval_count
     text = "".join(part.message.content or "" for part in parts)
     assert text.strip()
-    assert last.eval_count >= len(parts) - 2  # a line per delta, never buffered into one
+    # A line per piece of text as the engine yields it (a token's, or a few bytes a character
+    # needs), never the answer buffered into a few lines.
+    assert last.eval_count // 2 <= len(parts) - 1 <= last.eval_count
 
 
 def test_generate_on_a_chat_task_uses_its_system_and_streams(client: ollama.Client) -> None:
@@ -181,7 +184,7 @@ def test_generate_on_a_completion_task_continues_the_text(served: Server) -> Non
         f"{served.v1}/completions",
         json={"model": "autocomplete", "prompt": "def add(a, b):", "temperature": 0,
               "max_tokens": 8},
-        timeout=120,
+        timeout=900,
     )  # fmt: skip
     assert openai.json()["choices"][0]["text"] == body["response"]
 
@@ -308,7 +311,7 @@ def test_embed_and_embeddings_give_the_openai_endpoints_vectors(
     assert reply.prompt_eval_count > 4
     one = client.embeddings(model="embed:latest", prompt="Dogs bark.")
     openai = httpx.post(f"{served.v1}/embeddings", json={"model": "embed", "input": "Dogs bark."},
-                        timeout=60).json()["data"][0]["embedding"]  # fmt: skip
+                        timeout=900).json()["data"][0]["embedding"]  # fmt: skip
     assert list(one.embedding) == pytest.approx(openai, abs=1e-5)
     assert list(reply.embeddings[1]) == pytest.approx(openai, abs=1e-4)
 
@@ -430,7 +433,7 @@ def test_bad_bodies_get_ollamas_400_saying_what_to_fix(served: Server) -> None:
         ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "temprature": 1},
          "temprature: unknown parameter: remove it (docs/ollama.md lists them)"),
         ({"model": "chat", "prompt": "hi", "options": {"temperature": 5}},
-         "options.temperature: Input should be less than or equal to 2, got 5: send a number"),
+         "options.temperature: Input should be less than or equal to 2, got 5"),
         ({"model": "chat", "prompt": "hi", "options": {"num_gpux": 1}},
          "options: 'num_gpux' is not one of Ollama's options: did you mean 'num_gpu'? "
          "(docs/ollama.md lists them)"),

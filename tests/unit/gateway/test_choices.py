@@ -60,7 +60,7 @@ class Choices:
         return self.drain.in_flight, cancelled, sorted(self.closed), sorted(self.stopped_waiting)
 
 
-async def route_to_itself(runtime: Any, name: str, *_: Any) -> Routed:
+async def route_to_itself(runtime: Any, name: str, *_: Any, **__: Any) -> Routed:
     """Routing without a routes table: the task serves itself (as a task without rules)."""
     return Routed(name, RouteConfig(kind="chat", model="m"), Decision(name, None), ruled=False)
 
@@ -119,7 +119,7 @@ def test_a_batch_of_prompts_starts_n_choices_each_in_openai_s_order(
         stream = Choices().stream(0)
         return generation(stream, first=await anext(stream))
 
-    async def route(runtime: Any, name: str, kind: Any, body: Any, inputs: Any) -> Routed:
+    async def route(runtime: Any, name: str, kind: Any, body: Any, inputs: Any, **_: Any) -> Routed:
         routed.append(inputs["prompt"])
         return await route_to_itself(runtime, name)
 
