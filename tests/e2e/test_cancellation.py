@@ -82,7 +82,10 @@ routes:
            sampling: {{temperature: 0, stop: []}}}}
 """
 MEDIUM = " ".join(f"Line {n}: the quick brown fox jumps over the lazy dog." for n in range(9))
-CHOICES = {"model": "story", "prompt": MEDIUM, "n": 8, "max_tokens": 480}
+# SmolLM2's end tokens banned: no choice can end before its max_tokens, so a client leaving
+# early finds every one running, however fast the machine.
+CHOICES = {"model": "story", "prompt": MEDIUM, "n": 8, "max_tokens": 480,
+           "logit_bias": {"0": -100, "2": -100}}  # fmt: skip
 FINISHED = re.compile(
     r"(req_[0-9a-f]+)(?:-\d)? task=story .*: finish=(\w+) prompt_tokens=\d+ "
     r"completion_tokens=(\d+) "
