@@ -5,6 +5,7 @@ endpoints and readiness. Three model ids share the bundled SmolLM2 file with sma
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -117,9 +118,16 @@ def test_two_concurrent_requests_for_an_unloaded_model_load_it_once(zest: Server
 
 
 def test_keep_alive_unloads_an_idle_model(zest: Server) -> None:
-    complete(zest, "brief")
-    assert "brief" in loaded_ids(zest)
-    zest.wait_for_log("model brief on cpu unloaded: idle for keep_alive (1s)")
+    """The answer says brief served it (asking /v1/loaded afterwards raced its keep_alive of
+    1 s on a loaded machine), then its unload line, written after this answer, is awaited."""
+    since = len(zest.log().splitlines())
+    served = complete(zest, "brief")
+    assert served.headers["x-zest-route"].startswith("task=brief; model=brief; device=cpu")
+    unloaded = "model brief on cpu unloaded: idle for keep_alive (1s)"
+    deadline = time.monotonic() + 300  # a hang guard, not a speed bound
+    while not any(unloaded in line for line in zest.log().splitlines()[since:]):
+        assert time.monotonic() < deadline, zest.log()
+        time.sleep(0.05)
     assert "brief" not in loaded_ids(zest)
 
 
@@ -139,7 +147,14 @@ def test_unloading_a_model_that_serves_a_request_is_refused(zest: Server) -> Non
     with httpx.stream(
         "POST",
         f"{zest.v1}/completions",
-        json={"model": "long", "prompt": "Tell a long story:", "stream": True, "max_tokens": 200},
+        json={
+            "model": "long",
+            "prompt": "Tell a long story:",
+            "stream": True,
+            "max_tokens": 200,
+            # SmolLM2's end tokens banned: the story cannot end before the unload is asked.
+            "logit_bias": {"0": -100, "2": -100},
+        },
         timeout=600,
     ) as stream:
         lines = stream.iter_lines()
