@@ -221,7 +221,7 @@ class Proxy:
         url = self.target + scope["path"].removeprefix("/v1")
         headers = {"content-type": "application/json"}
         async with (
-            httpx.AsyncClient(timeout=120) as client,
+            httpx.AsyncClient(timeout=600) as client,
             client.stream("POST", url, content=body, headers=headers) as upstream,
         ):
             self.statuses.append(upstream.status_code)

@@ -615,7 +615,7 @@ def test_explain_request_answers_what_the_server_answers_for_one_long_message(
         [str(ZEST), "explain", "trimmed", "--request", str(body), "--routes", str(routes_file)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         cwd=REPO,
         check=False,
         env={**os.environ, "ZEST_EMULATE_DEVICES": ""},

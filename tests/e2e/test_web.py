@@ -113,7 +113,7 @@ def test_the_status_shows_usage_by_client_task_and_model(
     """An open loopback server shows everyone's usage (GET /v1/usage); a request made before
     the page opens is in it, counted for the caller `anonymous` (no named client)."""
     body = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
-    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=120).status_code == 200
+    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=600).status_code == 200
     page = Opened(browser, emulated)
     try:
         row = page.page.locator("#usage tbody tr", has_text="anonymous")
