@@ -112,7 +112,7 @@ def key_served_by(running: Fleet, name: str) -> str:
     """An affinity key that the balancer sends to replica `name` (found by asking)."""
     for n in range(200):
         key = f"probe-{n}"
-        answer = httpx.get(f"{running.url}/v1/ready", headers={"x-zest-affinity": key})
+        answer = httpx.get(f"{running.url}/v1/ready", headers={"x-zest-affinity": key}, timeout=300)
         if answer.headers["x-zest-replica"] == name:
             return key
     raise AssertionError(f"no key among 200 reached {name}")

@@ -67,7 +67,9 @@ def ask(server: Server, text: str) -> httpx.Response:
 
 def explained(server: Server, text: str) -> dict[str, Any]:
     request = {"messages": [{"role": "user", "content": text}]}
-    answer = httpx.post(f"{server.v1}/explain", json={"task": "chat", "request": request})
+    answer = httpx.post(
+        f"{server.v1}/explain", json={"task": "chat", "request": request}, timeout=300
+    )
     assert answer.status_code == 200, answer.text
     return dict(answer.json()["outcome"])
 

@@ -132,7 +132,9 @@ def test_a_file_replaced_under_the_server_is_refused_and_the_route_unready(
         f"model 'copy': {link} is not the pinned model: expected sha256 {digest}, the file has "
         f"{found}: re-download the model, or fix models.copy.sha256"
     )
-    refused = httpx.post(f"{server.v1}/chat/completions", json={**HELLO, "model": "copied"})
+    refused = httpx.post(
+        f"{server.v1}/chat/completions", json={**HELLO, "model": "copied"}, timeout=300
+    )
     assert refused.status_code == 503, refused.text
     error = refused.json()["error"]
     assert (error["code"], error["type"], error["message"]) == (
