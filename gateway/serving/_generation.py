@@ -276,14 +276,19 @@ async def _start_choices(
 def _choices(
     body: SamplingFields, prompts: Sequence[str] | None
 ) -> Iterator[tuple[SamplingFields, ChoiceGroup | None, dict[str, Any]]]:
-    """Each choice's body (seed + i for choice i of its prompt), the group its prompt's n
-    choices are admitted in together, and its own inputs (its prompt, in a batch)."""
+    """Each choice's body (seed + i for choice i of its prompt), the group every choice is
+    admitted in together, and its own inputs (its prompt, in a batch). A batch is one group:
+    its choices start together, as the request waits for each one's first token, so a part
+    of it left waiting for the slots another part holds until the answer is read would never
+    start (refused with 400 where the model's slots cannot hold it)."""
     bodies = [
         body if i == 0 or body.seed is None else body.model_copy(update={"seed": body.seed + i})
         for i in range(body.n)
     ]
-    for prompt in [None] if prompts is None else prompts:
-        group = ChoiceGroup(body.n) if body.n > 1 else None
+    batch = [None] if prompts is None else list(prompts)
+    size = body.n * len(batch)
+    group = ChoiceGroup(size, prompts=len(batch)) if size > 1 else None
+    for prompt in batch:
         own = {} if prompt is None else {"prompt": prompt}
         for each in bodies:
             yield each, group, own
