@@ -53,9 +53,11 @@ class Admission:
 
 @dataclass(eq=False)
 class ChoiceGroup:
-    """Items admitted together: a request's n choices (each a sequence of its own)."""
+    """Items admitted together: a request's n choices (each a sequence of its own), or every
+    answer of a completions batch (its prompts times n, `prompts` > 1)."""
 
     size: int
+    prompts: int = 1
 
 
 class AdmissionQueue(Generic[Item]):
@@ -116,6 +118,15 @@ class AdmissionQueue(Generic[Item]):
         group = self._group(item)
         if group is None or group.size <= self.slots or self._slots_set_by is None:
             return
+        if group.prompts > 1:
+            raise BadRequestError(
+                f"prompt: {group.prompts} prompts with n={group.size // group.prompts} ask for "
+                f"{group.size} answers, which decode together, and this model decodes at most "
+                f"{self.slots} sequence{'s' if self.slots > 1 else ''} at once "
+                f"({self._slots_set_by}): send at most {self.slots} answers (prompts times n) "
+                "per request",
+                param="prompt",
+            )
         raise BadRequestError(
             f"n: {group.size} choices decode together, and this model decodes at most "
             f"{self.slots} sequence{'s' if self.slots > 1 else ''} at once ({self._slots_set_by}):"

@@ -125,7 +125,7 @@ class BatchScheduler:
     def _submit(self, task: Task) -> None:
         with self._cond:
             if self._closed:
-                task.send(None)
+                task.drop("its engine closed before it started")
                 return
             self._incoming.append(task)
             self._cond.notify()
@@ -158,13 +158,13 @@ class BatchScheduler:
                 self._cond.wait()
             if self._closed:
                 while self._incoming:
-                    self._incoming.popleft().send(None)
+                    self._incoming.popleft().drop("its engine closed before it started")
                 return bool(self._active)
             admitted = []
             while self._free and self._incoming:
                 task = self._incoming.popleft()
                 if task.job.cancelled.is_set():  # its caller left before it started
-                    task.send(None)
+                    task.drop("left before its engine started it")
                     continue
                 admitted.append((task, self._take_slot(task.job.prompt_tokens)))
         for task, seq in admitted:

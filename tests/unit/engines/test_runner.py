@@ -160,3 +160,36 @@ async def test_the_engine_is_told_the_highest_priority_waiting_for_a_slot() -> N
     await asyncio.gather(*tasks)
     assert engine.started == ["low", "b", "a"]
     assert engine.queued[-1] is None
+
+
+def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "zest.engines"]
+
+
+def test_a_job_left_while_it_waits_still_has_its_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every generation has one line however it ends (issue 33): a caller that leaves while its
+    job waits for a slot gets the engine's form of it from the runner, and the job that reached
+    the engine none from the runner (the engine writes its own)."""
+    caplog.set_level("INFO", logger="zest.engines")
+
+    async def scenario() -> None:
+        engine = HeldEngine()
+        runner = Runner(engine, Admission(slots=1, max_queue=4))
+        running = asyncio.ensure_future(run(runner, job("req_a task=t model=m device=cpu")))
+        waiting = asyncio.ensure_future(run(runner, job("req_b task=t model=m device=cpu")))
+        await settle()
+        assert runner.waiting == 1
+        waiting.cancel()  # its client left
+        await settle()
+        engine.release.set()
+        await running
+
+    asyncio.run(scenario())
+    (line,) = lines(caplog)
+    assert line.startswith(
+        "req_b task=t model=m device=cpu: finish=cancelled prompt_tokens=1 completion_tokens=0 "
+        "max_tokens=1 seconds="
+    )
+    assert line.endswith(" (left while waiting for a slot)")
