@@ -29,6 +29,7 @@ from zest.engines import (
 )
 from zest.errors import BadRequestError, ContextLengthExceededError, RequestError
 from zest.gateway.serving._attempts import give_up_or_record
+from zest.gateway.serving._conditions import ServingConditions
 from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
 from zest.gateway.serving._requests import ChatMessage, SamplingFields
@@ -323,7 +324,11 @@ async def route_request(
         asked = build_prompt(route, kind, messages, prompt, inputs.get("tools"))
         return await runtime.count_prompt(routes, route.model, asked, over=over)
 
-    return await route_by_content(runtime, routes, name, route, given, count_tokens=count_tokens)
+    # Model-backed conditions run as requests of their own routes, through this front door.
+    models = ServingConditions(runtime, start_generation)
+    return await route_by_content(
+        models, routes, name, route, given, count_tokens=count_tokens, oracle=runtime.oracle
+    )
 
 
 def routing_text(messages: Sequence[ChatMessage] | None, prompt: str | None) -> str:
