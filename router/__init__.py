@@ -19,7 +19,15 @@ from zest.router._placement import (
     Placement,
     parse_device,
 )
-from zest.router._plan import STRICT_REASON, Attempt, ModelTraits, Plan, find_route, plan_route
+from zest.router._plan import (
+    STRICT_REASON,
+    Attempt,
+    ModelTraits,
+    Plan,
+    find_route,
+    peak_priority,
+    plan_route,
+)
 from zest.router._rules import (
     Classify,
     Condition,
@@ -98,6 +106,7 @@ __all__ = [
     "parse_device",
     "parse_routes",
     "parse_seconds",
+    "peak_priority",
     "phrases_of",
     "plan_route",
     "rule_warnings",

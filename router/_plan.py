@@ -28,7 +28,7 @@ from zest.router._placement import (
 )
 from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 
-__all__ = ["Attempt", "ModelTraits", "Plan", "find_route", "plan_route"]
+__all__ = ["Attempt", "ModelTraits", "Plan", "find_route", "peak_priority", "plan_route"]
 
 Kind = Literal["chat", "completion", "embedding"]
 _ENDPOINT = {
@@ -85,6 +85,18 @@ class Plan:
     @property
     def first(self) -> Attempt:
         return self.attempts[0]
+
+
+def peak_priority(routes: RoutesFile, model_id: str) -> int | None:
+    """The highest priority among the routes that may run on `model_id` (as their model or a
+    fallback); None: none does. A batching engine keeps lower work's steps short while a
+    request at it may arrive (engines/_step_plan.py)."""
+    found = [
+        route.priority
+        for route in routes.routes.values()
+        if route.model == model_id or any(entry.model == model_id for entry in route.fallback)
+    ]
+    return max(found, default=None)
 
 
 def find_route(name: str, kind: Kind | None, routes: RoutesFile) -> RouteConfig:

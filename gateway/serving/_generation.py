@@ -55,6 +55,7 @@ from zest.router import (
     ResponseFormat,
     RouteConfig,
     find_route,
+    peak_priority,
     tightened,
 )
 
@@ -469,7 +470,7 @@ class _Walk:
             lease.release()
             raise
         label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
-        job = self._job(prompt, budget, label)
+        job = self._job(prompt, budget, label, attempt.model)
         stream = lease.stream(job)
         try:
             first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")
@@ -532,7 +533,7 @@ class _Walk:
             raise BadRequestError("the prompt is empty: send some text", param="prompt")
         return fitted, budget, prompt
 
-    def _job(self, prompt: Prompt, budget: Budget, label: str) -> GenerationJob:
+    def _job(self, prompt: Prompt, budget: Budget, label: str, model: str) -> GenerationJob:
         route, body = self.plan.route, self.body
         defaults = route.sampling
 
@@ -553,6 +554,7 @@ class _Walk:
             # The route's stops always apply (they shape the task); the request may add more.
             stop=tuple(dict.fromkeys(defaults.stop + body.stops())),
             priority=route.priority,
+            peak_priority=peak_priority(self.routes.config, model),
             label=label,
             privacy=route.privacy,
             logit_bias=body.biases(),

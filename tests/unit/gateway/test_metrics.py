@@ -392,6 +392,9 @@ class _Queued:
     def pending(self) -> int:
         return self._pending
 
+    def own_queue(self) -> None:
+        return None  # the runner holds its queue
+
 
 class _QueuedRunner:
     """A runner with requests in it: the queue depth the metrics read."""
