@@ -11,7 +11,7 @@ tokens (a least-squares fit over recent steps, older ones weighing less), and an
 - `full`: n_batch.
 
 On the 2-core CPUs here a step costs about 10 ms plus 3 ms a token beside long prompts: a
-guarded step holds about 30 tokens, lower work beside urgent work about 4 (its decode rows).
+guarded step holds about 36 tokens, lower work beside urgent work about 3 (its decode rows).
 Before any step is measured, DEFAULT_GUARDED and DEFAULT_BESIDE. `FixedCost` answers one
 budget whatever runs: what tests use to pin a batch without a clock.
 """
