@@ -102,6 +102,7 @@ __all__ = [
     "StopMatcher",
     "TokenLogprob",
     "Tokenizer",
+    "check_model_data",
     "check_model_files",
     "compute_bound",
     "compute_executor",
@@ -207,17 +208,24 @@ def inspect_model(model_id: str, config: ModelConfig, base_dir: Path) -> ModelFa
 
 def check_model_files(model_id: str, config: ModelConfig, base_dir: Path) -> ModelFacts | None:
     """Cheap checks that a model's files can load, without loading them (blocking: a thread):
-    they are there and read as the model (`inspect_model`, whose facts it returns), and a
-    GGUF holds every tensor its header declares (a download cut short has a header that
-    reads). Raises what a load of them would, as a RequestError."""
+    they are there and read as the model (`inspect_model`, whose facts it returns), and they
+    hold what their header declares (`check_model_data`). Raises what a load of them would,
+    as a RequestError."""
     facts = inspect_model(model_id, config, base_dir)
+    check_model_data(model_id, config, base_dir)
+    return facts
+
+
+def check_model_data(model_id: str, config: ModelConfig, base_dir: Path) -> None:
+    """A GGUF model's tensors where its header says, all inside the file (a download cut short
+    has a header that reads), as llama.cpp checks them before a load, reading no weight
+    (blocking: a thread). EngineError (a RequestError) when they are not."""
     if isinstance(config, LlamaCppModel):
         path = resolve_source(config.source, base_dir, config.revision)
         try:
             check_gguf_tensors(path)
         except (GgufError, OSError) as exc:
             raise EngineError(f"model {model_id!r}: cannot load {path}: {exc}") from exc
-    return facts
 
 
 def create_engine(

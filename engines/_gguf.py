@@ -5,7 +5,8 @@ the KV cache's size per token).
 Only the header and the key/value section are read (mapped, not copied). A file that is not
 GGUF, or whose header is cut short, is a clear error; a native parser is never asked to read a
 file nobody has checked. `check_gguf_tensors` also reads the tensor table, to tell a file cut
-short after its header (an interrupted download) without reading any weight.
+short after its header (an interrupted download), or whose tensors are not where its header
+says, without reading any weight.
 """
 
 from __future__ import annotations
@@ -27,15 +28,19 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 _SCALARS[12] = "d"
 # Arrays of these are skipped, not decoded: tokenizer vocabularies hold ~10^5 entries.
 _KEPT_ARRAYS = ("head_count_kv", "head_count")
-# ggml tensor types: (elements per block, bytes per block), as gguf-py's GGML_QUANT_SIZES. A type
-# not listed counts as no bytes: the check stays a lower bound, never a false alarm.
+# ggml tensor types: (elements per block, bytes per block), as ggml's type traits (the llama.cpp
+# that llama-cpp-python 0.3.36 vendors). A type not listed (a newer one) is sized as no bytes and
+# ends the check of the offsets: the check stays a lower bound, never a false alarm.
 _TENSOR_TYPES = {
     0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
-    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
-    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110),
-    22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8),
-    29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66), 39: (32, 17),
+    9: (32, 36), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+    15: (256, 292), 16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18),
+    21: (256, 110), 22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4),
+    27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66),
+    39: (32, 17), 40: (64, 36), 41: (128, 18), 42: (64, 18),
 }  # fmt: skip
+_MAX_DIMS, _MAX_NAME = 4, 64  # GGML_MAX_DIMS, GGML_MAX_NAME (a name is shorter)
+_DAMAGED = "the file is damaged (llama.cpp would refuse it): fetch it again"
 _DEFAULT_ALIGNMENT = 32  # of the tensor data, unless general.alignment says otherwise
 
 
@@ -113,27 +118,85 @@ def read_gguf_metadata(path: Path) -> dict[str, Any]:
 
 
 def check_gguf_tensors(path: Path) -> None:
-    """Raise GgufError when the file ends before the tensors its header declares do: a file
-    cut short after its header reads as a model, but cannot load. Reads the header and the
-    tensor table only."""
+    """Raise GgufError when the file's tensors are not where its header says, as llama.cpp's
+    GGUF reader and model loader check them, without reading any weight: each entry of the
+    tensor table well formed (a name under 64 bytes and given once, at most 4 dimensions,
+    none negative, rows of whole blocks), each tensor's data right after the one before it
+    (padded to the alignment), and all of it inside the file: a file cut short after its
+    header (an interrupted download) reads as a model, but cannot load."""
     with _mapped(path) as data:
-        metadata, reader, tensors = _parse(data)
+        metadata, reader, count = _parse(data)
+        alignment = _alignment(metadata)
+        tensors = _tensor_table(reader, count)
+        start = -(-reader.at // alignment) * alignment  # the data section, aligned
         end = 0
-        for _ in range(tensors):
-            reader.skip_string()  # the tensor's name
-            elements = math.prod(reader.unpack("Q") for _ in range(reader.unpack("I")))
-            kind, offset = reader.unpack("I"), reader.unpack("Q")
-            per_block, block_bytes = _TENSOR_TYPES.get(kind, (1, 0))
-            end = max(end, offset + elements // per_block * block_bytes)
-        alignment = metadata.get("general.alignment")
-        if not isinstance(alignment, int) or alignment <= 0:
-            alignment = _DEFAULT_ALIGNMENT
-        needed = -(-reader.at // alignment) * alignment + end
-        if needed > len(data):
+        expected_at: int | None = 0  # where the next tensor starts (None: not known)
+        for tensor in tensors:
+            size = tensor.size
+            end = max(end, tensor.offset + (size or 0))
+            if expected_at is None:
+                continue  # after a type of unknown size: the bound alone
+            if tensor.offset != expected_at:
+                raise GgufError(
+                    f"tensor {tensor.name!r} starts at byte {tensor.offset:,} of the data, "
+                    f"where the tensors before it end at byte {expected_at:,}: {_DAMAGED}"
+                )
+            expected_at = None if size is None else expected_at + -(-size // alignment) * alignment
+        if start + end > len(data):
             raise GgufError(
-                f"the file is cut short: its {tensors} tensors end at byte {needed:,} but it "
+                f"the file is cut short: its {count} tensors end at byte {start + end:,} but it "
                 f"holds {len(data):,} bytes (an interrupted download?): fetch it again"
             )
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    name: str
+    offset: int  # from the start of the data section
+    size: int | None  # bytes; None: a type this table does not know
+
+
+def _alignment(metadata: dict[str, Any]) -> int:
+    alignment = metadata.get("general.alignment", _DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise GgufError(f"general.alignment {alignment!r} is not a power of 2: {_DAMAGED}")
+    return alignment
+
+
+def _tensor_table(reader: _Reader, count: int) -> list[_Tensor]:
+    """The tensor table's entries, each checked as llama.cpp's reader checks it."""
+    tensors, seen = [], set()
+    for number in range(count):
+        name = reader.string()
+        if len(name.encode("utf-8", "surrogateescape")) >= _MAX_NAME:
+            raise GgufError(f"tensor {number} has a name of {_MAX_NAME} bytes or more: {_DAMAGED}")
+        if name in seen:
+            raise GgufError(f"tensor {name!r} is listed twice: {_DAMAGED}")
+        seen.add(name)
+        dims = reader.unpack("I")
+        if dims > _MAX_DIMS:
+            raise GgufError(f"tensor {name!r} has {dims} dimensions (at most 4): {_DAMAGED}")
+        shape = [reader.unpack("q") for _ in range(dims)]
+        if any(n < 0 for n in shape) or math.prod(shape) >= 2**63:
+            raise GgufError(f"tensor {name!r} has a shape of {shape} elements: {_DAMAGED}")
+        kind, offset = reader.unpack("I"), reader.unpack("Q")
+        tensors.append(_Tensor(name, offset, _size(name, kind, shape)))
+    return tensors
+
+
+def _size(name: str, kind: int, shape: list[int]) -> int | None:
+    """A tensor's bytes (None: a type not in the table); GgufError when its rows are not whole
+    blocks of its type."""
+    if kind not in _TENSOR_TYPES:
+        return None
+    per_block, block_bytes = _TENSOR_TYPES[kind]
+    row = shape[0] if shape else 1
+    if row % per_block:
+        raise GgufError(
+            f"tensor {name!r} has rows of {row} elements, not whole blocks of {per_block} (its "
+            f"type, {kind}): {_DAMAGED}"
+        )
+    return math.prod(shape) // per_block * block_bytes
 
 
 def _mapped(path: Path) -> mmap.mmap:

@@ -110,10 +110,12 @@ class Pending:
 
 
 class TraceEntry(NamedTuple):
-    """One evaluated leaf. A named tuple: a deterministic leaf's two possible entries are made
-    once, when its table is compiled."""
+    """One evaluated leaf: zest's text of it (`min_chars: 10`) and its kind (`min_chars`, as
+    Lemonade's traces name a condition). A named tuple: a deterministic leaf's two possible
+    entries are made once, when its table is compiled."""
 
     condition: str
+    kind: str
     result: bool
     score: float | None = None
     label: str | None = None
@@ -121,7 +123,11 @@ class TraceEntry(NamedTuple):
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"condition": self.condition, "result": self.result}
+        entry: dict[str, Any] = {
+            "condition": self.condition,
+            "kind": self.kind,
+            "result": self.result,
+        }
         for name in ("score", "label", "cached", "error"):
             if (value := getattr(self, name)) is not None:
                 entry[name] = round(value, 4) if isinstance(value, float) else value
@@ -319,8 +325,8 @@ def _compile_part(kind: str, value: Any, text: str, searched: _Searched) -> Test
         inner = _compile(value, searched)
         return lambda walk: not inner(walk)
     if kind in ("similar_to", "classify"):
-        return _model_backed(value, text)
-    entries = (TraceEntry(text, False), TraceEntry(text, True))
+        return _model_backed(value, kind, text)
+    entries = (TraceEntry(text, kind, False), TraceEntry(text, kind, True))
     if kind == "regex":
         return _regex(value, entries, searched)
     if kind in ("keywords_any", "keywords_all"):
@@ -506,7 +512,7 @@ _LEAVES: dict[str, Callable[[Any, Entries], Test]] = {
 }
 
 
-def _model_backed(condition: ModelCondition, text: str) -> Test:
+def _model_backed(condition: ModelCondition, kind: str, text: str) -> Test:
     def model_backed(walk: _Walk) -> bool:
         found = walk.results.get(condition)
         if found is None:
@@ -515,6 +521,7 @@ def _model_backed(condition: ModelCondition, text: str) -> Test:
         walk.add(
             TraceEntry(
                 text,
+                kind,
                 result,
                 score=found.score,
                 label=_picked(condition, found),

@@ -11,12 +11,21 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from zest.errors import ConfigError
 from zest.router._placement import parse_device
 from zest.router._rules_check import file_phrase_problems, rule_problems, walk_conditions
-from zest.router._schema import ENGINE_MODELS, ENGINES, LlamaCppModel, RouteConfig, RoutesFile
+from zest.router._salvage import Salvaged, name_problems, salvage_route, unknown_model
+from zest.router._schema import (
+    ENGINE_MODELS,
+    ENGINES,
+    PARTS,
+    LlamaCppModel,
+    RouteConfig,
+    RoutesFile,
+)
 from zest.router._yaml import read_routes_file, safe_yaml
 
 __all__ = ["LoadedRoutes", "check_routes", "load_routes", "parse_routes"]
@@ -42,6 +51,10 @@ class LoadedRoutes:
     # Unique to this load of the file in this process: what caches of a table's results are
     # keyed by (an id() could be reused by a later table once this one is gone).
     serial: int = field(default_factory=lambda: next(_SERIALS), compare=False)
+    # check_routes on a file with problems: the models that routes left out for their schema
+    # errors need alone (as preflight judges it), so that their files are judged as they will
+    # be once those routes are fixed.
+    needed_by_broken: frozenset[str] = frozenset()
 
     @property
     def base_dir(self) -> Path:
@@ -68,21 +81,37 @@ def check_routes(path: str | Path) -> tuple[LoadedRoutes | None, list[str]]:
     (or not a mapping) raises ConfigError."""
     path = Path(path)
     text = read_routes_file(path)
-    config, problems = _checked_text(text, str(path))
-    if config is None:
-        return None, problems
-    return LoadedRoutes(config=config, path=path.resolve(), named_path=path.absolute()), problems
+    checked = _checked_text(text, str(path))
+    if checked.config is None:
+        return None, checked.problems
+    loaded = LoadedRoutes(
+        config=checked.config,
+        path=path.resolve(),
+        named_path=path.absolute(),
+        needed_by_broken=checked.needed_by_broken,
+    )
+    return loaded, checked.problems
 
 
 def parse_routes(text: str, filename: str) -> RoutesFile:
     """Validate routes.yaml text; `filename` prefixes every error line."""
-    config, problems = _checked_text(text, filename)
-    if problems or config is None:
-        raise ConfigError(problems)
-    return config
+    checked = _checked_text(text, filename)
+    if checked.problems or checked.config is None:
+        raise ConfigError(checked.problems)
+    return checked.config
 
 
-def _checked_text(text: str, filename: str) -> tuple[RoutesFile | None, list[str]]:
+@dataclass(frozen=True)
+class _Checked:
+    """A file's sound part (None: too little of it validates), every problem, and the models
+    its routes with schema errors need alone."""
+
+    config: RoutesFile | None
+    problems: list[str]
+    needed_by_broken: frozenset[str] = frozenset()
+
+
+def _checked_text(text: str, filename: str) -> _Checked:
     try:
         return _checked(text, filename)
     except RecursionError:  # thousands of nested levels: deeper than the parser goes
@@ -101,29 +130,43 @@ class _Parts:
     broken_routes: frozenset[str] = frozenset()
 
 
-def _checked(text: str, filename: str) -> tuple[RoutesFile | None, list[str]]:
-    """The sound part of the file and every problem: the schema's of every part at once, then
-    the cross-references of the parts that validated (not only once the whole file does)."""
+def _checked(text: str, filename: str) -> _Checked:
+    """The sound part of the file and every problem, in one pass: the schema's of every part
+    at once, the cross-references of the parts that validated (not only once the whole file
+    does), and the names the parts with schema errors refer to (router/_salvage.py)."""
     data = _parse_yaml(text, filename)
     try:
         parts: _Parts | None = _Parts(RoutesFile.model_validate(data))
         schema: list[str] = []
+        errors: list[ErrorDetails] = []
     except ValidationError as exc:
-        schema = [_format_error(filename, err) for err in exc.errors()]
-        parts = _validated_parts(data, exc)
+        errors = exc.errors()
+        schema = [_format_error(filename, err) for err in errors]
+        parts = _validated_parts(data, errors)
+    broken = _salvaged_routes(data, errors)
+    names = {
+        task: name_problems(task, salvaged, _declared(data, "models"), _declared(data, "routes"))
+        for task, salvaged in broken.items()
+    }
+    needed = frozenset(
+        s.route.model
+        for s in broken.values()
+        if not s.route.fallback or s.route.on_failure == "return_error"
+    )
     if parts is None:
-        return None, schema
-    sound, problems = _cross_reference_problems(parts)
-    return sound, schema + [f"{filename}: {problem}" for problem in problems]
+        found = [problem for problems in names.values() for problem in problems]
+        return _Checked(None, schema + [f"{filename}: {problem}" for problem in found])
+    sound, problems = _cross_reference_problems(parts, data, names)
+    return _Checked(sound, schema + [f"{filename}: {problem}" for problem in problems], needed)
 
 
-def _validated_parts(data: dict[str, Any], exc: ValidationError) -> _Parts | None:
+def _validated_parts(data: dict[str, Any], errors: list[ErrorDetails]) -> _Parts | None:
     """The file without what its schema errors are in: each model or route with an error is
     left out (named in broken_*), another top-level key with one falls back to its default.
-    None when a table itself is wrong (not a mapping, a bad name, empty)."""
+    None when a table itself is wrong (not a mapping, a bad name, empty in the file)."""
     broken: dict[str, set[str]] = {"models": set(), "routes": set()}
     dropped: set[str] = set()
-    for err in exc.errors():
+    for err in errors:
         key = str(err["loc"][0]) if err["loc"] else ""
         if key in broken and len(err["loc"]) >= 2:
             broken[key].add(str(err["loc"][1]))
@@ -135,11 +178,32 @@ def _validated_parts(data: dict[str, Any], exc: ValidationError) -> _Parts | Non
     for table, names in broken.items():
         kept[table] = {n: v for n, v in data[table].items() if str(n) not in names}
     kept["version"] = 1
-    try:
-        config = RoutesFile.model_validate(kept)
-    except ValidationError:  # a table left empty: nothing to cross-check
+    try:  # a table may be left empty: the other's entries are still checked
+        config = RoutesFile.model_validate(kept, context={PARTS: True})
+    except ValidationError:
         return None
     return _Parts(config, frozenset(broken["models"]), frozenset(broken["routes"]))
+
+
+def _declared(data: dict[str, Any], table: str) -> list[str]:
+    """The names a table of the file declares, valid or not (none when it is no mapping)."""
+    entries = data.get(table)
+    return [str(name) for name in entries] if isinstance(entries, dict) else []
+
+
+def _salvaged_routes(data: dict[str, Any], errors: list[ErrorDetails]) -> dict[str, Salvaged]:
+    """Each route with schema errors, as far as it validates without the keys they are in."""
+    where: dict[str, list[tuple[int | str, ...]]] = {}
+    for err in errors:
+        loc = err["loc"]
+        if len(loc) >= 2 and loc[0] == "routes":
+            where.setdefault(str(loc[1]), []).append(loc[2:])
+    salvaged = {}
+    for task, locs in where.items():
+        found = salvage_route(data["routes"].get(task), locs)
+        if found is not None:
+            salvaged[task] = found
+    return salvaged
 
 
 def _parse_yaml(text: str, filename: str) -> dict[str, Any]:
@@ -153,16 +217,25 @@ def _parse_yaml(text: str, filename: str) -> dict[str, Any]:
     return data
 
 
-def _cross_reference_problems(parts: _Parts) -> tuple[RoutesFile, list[str]]:
+def _cross_reference_problems(
+    parts: _Parts, data: dict[str, Any], names: dict[str, list[str]]
+) -> tuple[RoutesFile, list[str]]:
     """The problems between the parts that validated, and the config of the sound routes
-    (those with none). A route that refers to a broken model or route is left unchecked: what
-    it refers to is not known yet."""
+    (those with none), in the file's order with the `names` problems of its broken routes. A
+    route that refers to a broken model or route has only its names checked: what it refers
+    to is not known yet."""
     config = parts.config
+    models, routes = _declared(data, "models"), _declared(data, "routes")
     problems: list[str] = []
     sound: dict[str, RouteConfig] = {}
-    for task, route in config.routes.items():
-        models, routes = _references(route)
-        if models & parts.broken_models or routes & parts.broken_routes:
+    for task in routes:
+        route = config.routes.get(task)
+        if route is None:  # schema errors of its own
+            problems += names.get(task, [])
+            continue
+        refers_to, routes_named = _references(route)
+        if refers_to & parts.broken_models or routes_named & parts.broken_routes:
+            problems += name_problems(task, Salvaged.whole(route), models, routes)
             continue
         found = _route_problems(config, f"routes.{task}", route)
         found += rule_problems(config, task, route)
@@ -208,16 +281,15 @@ def _preload_problems(config: RoutesFile, broken: frozenset[str] = frozenset()) 
 
 
 def _route_problems(config: RoutesFile, where: str, route: RouteConfig) -> list[str]:
-    known = ", ".join(sorted(config.models))
     if route.model not in config.models:
-        return [f"{where}.model: unknown model {route.model!r} (known: {known})"]
+        return [unknown_model(f"{where}.model", route.model, config.models)]
     problems = _placement_problems(
         config, route, where=where, at=where, model=route.model, device=route.device
     )
     for number, entry in enumerate(route.fallback):
         at = f"{where}.fallback.{number}"
         if entry.model not in config.models:
-            problems.append(f"{at}.model: unknown model {entry.model!r} (known: {known})")
+            problems.append(unknown_model(f"{at}.model", entry.model, config.models))
         else:
             problems += _placement_problems(
                 config, route, where=where, at=at, model=entry.model, device=entry.device
@@ -354,7 +426,10 @@ def _describe(err: ErrorDetails, loc: tuple[int | str, ...], raw: tuple[int | st
 
 
 def _unknown_key_message(key: str, model: type[BaseModel] | None) -> str:
-    allowed = sorted(model.model_fields) if model else []
+    """The key's closest allowed name and the list of them, as the file spells them (a
+    field's alias: `not`, never the attribute `not_`)."""
+    fields = model.model_fields.items() if model else ()
+    allowed = sorted(info.alias or name for name, info in fields)
     message = f"unknown key {key!r}"
     close = difflib.get_close_matches(key, allowed, n=1)
     if close:
@@ -371,7 +446,7 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     while parts:
         part = parts.pop(0)
         if isinstance(current, type) and issubclass(current, BaseModel):
-            field = current.model_fields.get(str(part))
+            field = _field_named(current, str(part))
             current = _unwrap(field.annotation) if field else None
         elif typing.get_origin(current) in (tuple, list):  # the part is an index
             current = _unwrap(typing.get_args(current)[0])
@@ -382,6 +457,14 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
         else:
             return None
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _field_named(model: type[BaseModel], name: str) -> FieldInfo | None:
+    """The field a key of the file names: by its alias (`not`) or its name."""
+    for attribute, info in model.model_fields.items():
+        if name in (info.alias, attribute):
+            return info
+    return None
 
 
 def _unwrap(annotation: Any) -> Any:

@@ -296,12 +296,25 @@ def _place_remote(p: _Planner) -> bool | None:
         p.leave_out("remote", STRICT_REASON, "privacy")
         return False
     if p.route.privacy != "allow_remote":
-        p.leave_out("remote", f"route {p.task!r} is local_only", "privacy")
+        p.leave_out("remote", _local_only_reason(p), "privacy")
         return False
     p.add_placement(
         Placement(REMOTE_DEVICE, REMOTE_DEVICE), "remote model: an OpenAI-compatible upstream"
     )
     return True
+
+
+def _local_only_reason(p: _Planner) -> str:
+    """Why the route may not reach a remote model: its own privacy, or the local_only one of
+    the route whose rule (or condition) sent the request here, which it keeps."""
+    caller = p.route.privacy_kept_from
+    if caller is None:
+        return f"route {p.task!r} is local_only"
+    sender = f"route {caller!r}, which is local_only, and" if caller else "a local_only route and"
+    return (
+        f"the request came from {sender} keeps that privacy here (route {p.task!r} allows "
+        "remote attempts; privacy only tightens along a rule)"
+    )
 
 
 def _place_local(p: _Planner, device: str) -> None:
@@ -415,9 +428,11 @@ def _substitute_cpu(p: _Planner, device: str) -> None:
 def _no_device_error(p: _Planner) -> DeviceUnavailableError:
     route, task = p.route, p.task
     if p.traits.engine == REMOTE_ENGINE and not route.fallback:
+        caller = route.privacy_kept_from
+        other_fix = f", or set routes.{caller}.privacy: allow_remote" if caller else ""
         return DeviceUnavailableError(
             f"route {task!r} runs only on the remote model {route.model!r}, which is left out: "
-            f"{'; '.join(p.removed)}: add a local model to routes.{task}.fallback",
+            f"{'; '.join(p.removed)}: add a local model to routes.{task}.fallback{other_fix}",
             tuple(p.removed),
         )
     if route.fallback:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
@@ -39,6 +40,7 @@ __all__ = [
     "compile_regex",
     "leaf_text",
     "literal",
+    "regex_text",
 ]
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -52,8 +54,9 @@ class _Strict(BaseModel):
 
 def compile_regex(pattern: str | bytes) -> Any:
     """The pattern compiled by RE2 (linear time: no input makes it backtrack); ValueError
-    naming the construct RE2 refuses (a backreference, a lookaround...). A bytes pattern is
-    UTF-8 too (RE2's default), for searching UTF-8 bytes."""
+    naming what RE2 refuses, with the hint that fits: a backreference or a lookaround is out
+    by design, anything else is the pattern's to correct. A bytes pattern is UTF-8 too (RE2's
+    default), for searching UTF-8 bytes."""
     import re2
 
     options = re2.Options()
@@ -66,10 +69,37 @@ def compile_regex(pattern: str | bytes) -> Any:
         return re2.compile(pattern, options)
     except re2.error as exc:
         reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        text = pattern.decode("utf-8", "replace") if isinstance(pattern, bytes) else pattern
         raise ValueError(
-            f"regex {pattern!r} is not one RE2 runs ({reason}): zest matches in linear time, "
-            "so backreferences and lookarounds are out; rewrite it without them"
+            f"regex {regex_text(text)} is not one RE2 runs ({reason}): {_regex_fix(text)}"
         ) from None
+
+
+# What RE2 leaves out by design (it would need backtracking): backreferences (\1, \k<n>,
+# \g{1}, (?P=n)) and lookarounds ((?=, (?!, (?<=, (?<!), found outside a character class
+# and not escaped.
+_BACKTRACKING = re.compile(
+    r"""(?P<found>\\[1-9kg]|\(\?(?:P=|=|!|<=|<!))|\\.|\[(?:\\.|[^\]])*\]""", re.DOTALL
+)
+
+
+def _regex_fix(pattern: str) -> str:
+    """The hint for a pattern RE2 refuses: the linear-time one only when it asks for what
+    linear time rules out."""
+    if any(found["found"] for found in _BACKTRACKING.finditer(pattern)):
+        return (
+            "zest matches in linear time, so backreferences and lookarounds are out; rewrite "
+            "it without them"
+        )
+    return "correct the pattern (zest's regexes are RE2's syntax, docs/routing.md)"
+
+
+def regex_text(pattern: str) -> str:
+    """A pattern as a routes file writes it: in single quotes, where a backslash is itself
+    (YAML doubles only a quote); JSON's escapes for one holding a control character."""
+    if pattern.isprintable():
+        return "'" + pattern.replace("'", "''") + "'"
+    return json.dumps(pattern, ensure_ascii=False)
 
 
 def literal(text: str) -> str:
@@ -83,6 +113,8 @@ def literal(text: str) -> str:
 def leaf_text(kind: str, value: Any) -> str:
     """One condition kind and its value, as the decision's trace names it: a model-backed one
     without its defaults (timeout_s, on_error), the others without their unset fields."""
+    if kind == "regex":
+        return f"regex: {regex_text(value)}"
     if isinstance(value, _ModelBacked):
         value = value.model_dump(exclude_defaults=True)
     elif isinstance(value, BaseModel):

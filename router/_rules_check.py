@@ -6,7 +6,7 @@ similar_to label has phrases. Problems refuse the file (file, key path, fix); wa
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Sequence
 
 from zest.router._rules import Classify, Condition, Rule, SimilarTo
 from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
@@ -14,6 +14,7 @@ from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 __all__ = [
     "file_phrase_problems",
     "phrases_of",
+    "rule_name_problems",
     "rule_problems",
     "rule_warnings",
     "tightened",
@@ -21,12 +22,15 @@ __all__ = [
 ]
 
 
-def tightened(target: RouteConfig, caller: RouteConfig) -> RouteConfig:
+def tightened(target: RouteConfig, caller: RouteConfig, caller_task: str = "") -> RouteConfig:
     """`target` with the stricter of the two privacies: privacy only tightens along a rule (or
     a condition's route), so a local_only request moved to a route with a remote fallback
-    runs without that fallback."""
+    runs without that fallback. The copy names the caller (`caller_task`), which its plan
+    gives as the reason a remote attempt is left out."""
     if caller.privacy == "local_only" and target.privacy != "local_only":
-        return target.model_copy(update={"privacy": "local_only"})
+        kept = target.model_copy(update={"privacy": "local_only"})
+        kept._privacy_kept_from = caller_task
+        return kept
     return target
 
 
@@ -62,6 +66,36 @@ def rule_problems(config: RoutesFile, task: str, route: RouteConfig) -> list[str
     return problems
 
 
+def rule_name_problems(
+    task: str, rules: Sequence[Rule], numbers: Sequence[int], routes: Collection[str]
+) -> list[str]:
+    """The routes `rules` (the file's rules `numbers` of `task`) name that are not among
+    `routes`: what of them is checked when their route has schema errors."""
+    problems = []
+    for number, rule in zip(numbers, rules, strict=True):
+        at = f"routes.{task}.rules.{number}"
+        if rule.to not in routes:
+            problems.append(f"{at}.to: unknown route {rule.to!r}{_did_you_mean(rule.to, routes)}")
+        for condition, path in walk_conditions(rule.when, f"{at}.when"):
+            for key, name in _routes_named(condition):
+                if name not in routes:
+                    problems.append(
+                        f"{path}.{key}: unknown route {name!r}{_did_you_mean(name, routes)}"
+                    )
+    return problems
+
+
+def _routes_named(condition: Condition) -> list[tuple[str, str]]:
+    """(key, route) for each route one condition names itself."""
+    named = []
+    if condition.queued_over is not None:
+        named.append(("queued_over.route", condition.queued_over.route))
+    for kind in ("similar_to", "classify"):
+        if (via := getattr(condition, kind)) is not None:
+            named.append((f"{kind}.via", via.via))
+    return named
+
+
 def rule_warnings(config: RoutesFile) -> list[str]:
     warnings = []
     for task, route in config.routes.items():
@@ -81,22 +115,32 @@ def rule_warnings(config: RoutesFile) -> list[str]:
                     "local_only: requests it sends there keep local_only, so those attempts "
                     "are skipped for them"
                 )
-            if rule.when.has_images and not _reads_images(config, target, route):
-                warnings.append(
-                    f"{at}: route {rule.to!r} has no remote model {task!r} may reach, and "
-                    "zest's own engines read no images: every request this rule sends there "
-                    "(has_images) is refused (400)"
-                )
+            if rule.when.has_images:
+                warnings += _image_warnings(config, task, route, rule.to, at)
     return warnings
 
 
-def _reads_images(config: RoutesFile, target: RouteConfig, caller: RouteConfig) -> bool:
-    """Whether a request with images may reach a remote model (the only kind that reads them)
-    through `target`: one of its models is remote, and both routes allow remote attempts."""
-    if "local_only" in (target.privacy, caller.privacy):
-        return False
+def _image_warnings(
+    config: RoutesFile, task: str, caller: RouteConfig, to: str, at: str
+) -> list[str]:
+    """A rule that sends images where no remote model (the only kind that reads them) may
+    serve them, with the status the server answers: 400 when the target has none (every
+    attempt lacks the capability), 503 when it has one that privacy leaves out (an attempt
+    that could serve, left out: no attempt remains)."""
+    target = config.routes[to]
     models = [target.model, *(entry.model for entry in target.fallback)]
-    return any(config.models[model].engine == REMOTE_ENGINE for model in models)
+    if not any(config.models[model].engine == REMOTE_ENGINE for model in models):
+        return [
+            f"{at}: route {to!r} has no remote model, and zest's own engines read no images: "
+            "every request this rule sends there (has_images) is refused (400)"
+        ]
+    if "local_only" in (target.privacy, caller.privacy):
+        return [
+            f"{at}: the remote model of route {to!r} is left out for the requests {task!r} "
+            "sends (local_only), and zest's own engines read no images: every request this "
+            "rule sends there (has_images) is answered 503 (no attempt left to serve it)"
+        ]
+    return []
 
 
 def _target_problems(
@@ -175,7 +219,7 @@ def _phrase_problems(where: str, table: dict[str, tuple[str, ...]]) -> list[str]
     ]
 
 
-def _did_you_mean(name: str, known: Mapping[str, object]) -> str:
+def _did_you_mean(name: str, known: Collection[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=1)
     if close:
         return f": did you mean {close[0]!r}?"

@@ -1,11 +1,15 @@
 """Reading routes.yaml safely: a regular file of bounded size, YAML whose aliases cannot expand
-into a bomb, and no key given twice (a pasted second `chat:` would silently win)."""
+into a bomb, and no key given twice (a pasted second `chat:` would silently win).
+
+Everything here takes time linear in the file's size: the composed document is a graph whose
+aliases are shared nodes, and its size once they are expanded is worked out once per node."""
 
 from __future__ import annotations
 
 import errno
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +17,14 @@ import yaml
 
 from zest.errors import ConfigError
 
-__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "read_routes_file", "safe_yaml"]
+__all__ = ["MAX_ALIAS_NODES", "MAX_FILE_BYTES", "YamlSize", "read_routes_file", "safe_yaml"]
 
 # A routes file is hand-written: a megabyte is already far more than any needs.
 MAX_FILE_BYTES = 1024 * 1024
-# YAML nodes after aliases are expanded: generous for anchors reused, fatal to alias bombs.
-MAX_NODES = 100_000
+# YAML nodes that aliases add once expanded (beyond those written in the file): generous for
+# anchors reused, fatal to alias bombs. What is written out is bounded by MAX_FILE_BYTES.
+MAX_ALIAS_NODES = 100_000
+_COUNT_CAP = 2**62  # an expanded size past any bound a file may have
 
 
 def read_routes_file(path: Path) -> str:
@@ -78,7 +84,7 @@ class _DuplicateKey(Exception):
 
 def safe_yaml(text: str, filename: str) -> Any:
     """The YAML document in `text`, refused (ConfigError naming the file) when it is invalid,
-    expands past MAX_NODES through aliases, or gives a key twice."""
+    expands by more than MAX_ALIAS_NODES through aliases, or gives a key twice."""
     loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()
@@ -99,24 +105,70 @@ def safe_yaml(text: str, filename: str) -> Any:
         loader.dispose()
 
 
-def _check_size(root: yaml.Node, filename: str) -> None:
-    """Count nodes as construction would see them, aliases expanded, up to MAX_NODES."""
-    count, stack = 0, [root]
+@dataclass(frozen=True)
+class YamlSize:
+    """A composed document's nodes: as written (each anchored node once) and as construction
+    sees them, every alias expanded (capped at 2**62)."""
+
+    written: int
+    expanded: int
+
+    @property
+    def added_by_aliases(self) -> int:
+        return self.expanded - self.written
+
+
+def yaml_size(root: yaml.Node) -> YamlSize:
+    """The document's size, each node visited once (an alias is the node it names, shared): a
+    node's expanded size is worked out after its children's and kept. ValueError when an
+    alias names a node that holds it (the document would never end)."""
+    sizes: dict[int, int] = {}
+    started: set[int] = set()  # the nodes on the path being expanded: its ancestors
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
-        node = stack.pop()
-        count += 1
-        if count > MAX_NODES:
-            raise ConfigError(
-                [
-                    f"{filename}: the YAML expands to more than {MAX_NODES} values through its "
-                    "aliases (an alias bomb?): write the repeated parts out, or reuse fewer"
-                ]
-            )
-        if isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-        elif isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                stack.extend((key, value))
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            expanded = 1 + sum(sizes[id(child)] for child in _children(node))
+            sizes[key] = min(expanded, _COUNT_CAP)  # an exponential bomb's count stays small
+            started.discard(key)
+            continue
+        if key in sizes:
+            continue
+        if key in started:
+            raise ValueError("an alias names a node that holds it")
+        started.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+    return YamlSize(written=len(sizes), expanded=sizes[id(root)])
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _check_size(root: yaml.Node, filename: str) -> None:
+    """Refuse a document whose aliases would expand it past MAX_ALIAS_NODES more values."""
+    try:
+        size = yaml_size(root)
+    except ValueError:
+        raise ConfigError(
+            [
+                f"{filename}: an alias names a value that holds it, so the YAML never ends: "
+                "write that part out instead"
+            ]
+        ) from None
+    if size.added_by_aliases > MAX_ALIAS_NODES:
+        raise ConfigError(
+            [
+                f"{filename}: the YAML's aliases expand it by more than {MAX_ALIAS_NODES} "
+                "values (an alias bomb?): write the repeated parts out, or reuse fewer"
+            ]
+        )
 
 
 def _where(exc: yaml.YAMLError) -> str:

@@ -167,7 +167,9 @@ def _check(args: argparse.Namespace) -> int:
 
     settings = settings_from(routes=args.file)
     path = routes_file(settings.routes)
-    loaded, checked = checked_or_raise(path, settings, models=not args.no_models)
+    loaded, checked = checked_or_raise(
+        path, settings, models=not args.no_models, refuse_unloadable=True
+    )
     for warning in checked.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     facts, pins = checked.facts, checked.pins

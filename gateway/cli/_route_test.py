@@ -13,9 +13,19 @@ input: /v1/responses); `expect.rule` is a rule's id or `default`; `outputs`, if 
 equal the decision's. `waiting` ({ROUTE: N}, optional) sets how many requests wait for a
 route's model, for `queued_over` rules. Each request goes through the server's own decision
 code (serving.decide_request): deterministic conditions load no model (a token count reads a
-tokenizer), a model-backed one loads the route it names, in this process.
+tokenizer), and a model-backed one loads the route it names, in this process, only when a case
+reaches it.
 
-Exit status: 0 every case decided as expected, 1 one did not (or failed), 2 the cases file or
+A model-backed condition that fails (its model missing or broken, or no answer within the
+replay's budget) is an error, not a condition that does not hold: a case that reached it is an
+ERROR, and the report names each cause once (its key path and why), with the number of cases
+it touched. A case that means to test the failure path says `"expect": {..., "on_error": true}`:
+then its conditions run with their own timeout_s, as served, and it passes only if one of them
+failed and the decision is the one expected. Otherwise each condition may take up to the
+replay's budget (--condition-budget, its model's load included): a replay judges what a
+condition decides, not how fast.
+
+Exit status: 0 every case decided as expected, 1 one did not (or errored), 2 the cases file or
 the routes file is unusable (said before any case runs).
 """
 
@@ -25,6 +35,7 @@ import argparse
 import asyncio
 import difflib
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +53,10 @@ from zest.router import Decision, LoadedRoutes, RoutesFile, load_routes, walk_co
 __all__ = ["add_route_command"]
 
 EXIT_FAILED, EXIT_UNUSABLE = 1, 2
+# How long a model-backed condition may take in a replay, its model's load included: generous,
+# since the machine running CI may be slow and busy (a classify at load once took over 20 s).
+CONDITION_BUDGET_S = 300.0
+_MODEL_BACKED = ("similar_to", "classify")
 
 
 class Expect(BaseModel):
@@ -50,6 +65,8 @@ class Expect(BaseModel):
     rule: str = Field(min_length=1)  # a rule's id, or "default"
     route: str = Field(min_length=1)
     outputs: dict[str, Any] | None = None
+    # The decision takes a model-backed condition's on_error path (it failed, as served).
+    on_error: bool = False
 
 
 class Case(BaseModel):
@@ -67,10 +84,18 @@ class Outcome:
     case: Case
     decision: Decision | None = None
     error: str | None = None
+    # The model-backed conditions that failed on the way: (key path, why), in trace order.
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def result(self) -> str:
+        if self.error is not None or (self.failures and not self.case.expect.on_error):
+            return "ERROR"
+        return "FAIL" if self.mismatches() else "pass"
 
     @property
     def passed(self) -> bool:
-        return self.error is None and not self.mismatches()
+        return self.result == "pass"
 
     def mismatches(self) -> list[str]:
         if self.decision is None:
@@ -83,6 +108,8 @@ class Outcome:
             wrong.append("route")
         if expect.outputs is not None and dict(got.outputs) != expect.outputs:
             wrong.append("outputs")
+        if expect.on_error and not self.failures:
+            wrong.append("on_error (no condition failed)")
         return wrong
 
 
@@ -96,7 +123,26 @@ def add_route_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     test.add_argument("cases", type=Path, help="JSONL file: {name, task, request, expect} a line")
     test.add_argument("--routes", type=Path, help=ROUTES_HELP)
     test.add_argument("--trace", action="store_true", help="print every case's trace")
+    test.add_argument(
+        "--condition-budget",
+        type=_seconds,
+        default=CONDITION_BUDGET_S,
+        metavar="SECONDS",
+        help="how long each model-backed condition may take, its model's load included "
+        f"(default {CONDITION_BUDGET_S:g}; a case expecting on_error uses the condition's own "
+        "timeout_s)",
+    )
     test.set_defaults(func=_route_test)
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds above 0")
+    return seconds
 
 
 def _route_test(args: argparse.Namespace) -> int:
@@ -114,8 +160,9 @@ def _route_test(args: argparse.Namespace) -> int:
         detect_inventory(settings.emulate_devices),
         strict_privacy=settings.privacy == "strict",
     )
-    outcomes = asyncio.run(_replay(runtime, cases))
-    _report(outcomes, args.trace)
+    runtime.oracle.replaying = True
+    outcomes = asyncio.run(_replay(runtime, cases, args.condition_budget))
+    _report(outcomes, args.trace, args.condition_budget)
     return 0 if all(outcome.passed for outcome in outcomes) else EXIT_FAILED
 
 
@@ -130,43 +177,44 @@ class _ReplayRuntime(Runtime):
         return self.waiting.get(task, 0)
 
 
-async def _replay(runtime: _ReplayRuntime, cases: list[Case]) -> list[Outcome]:
+async def _replay(runtime: _ReplayRuntime, cases: list[Case], budget_s: float) -> list[Outcome]:
+    """Each case decided by the server's code, in order; a model loads when a case first
+    reaches a condition that needs it (a case decided before one loads nothing)."""
     outcomes = []
+    where = _model_backed_paths(runtime.routes.config)
     try:
-        await _warm(runtime, {case.task for case in cases})
         for case in cases:
             runtime.waiting = dict(case.waiting)
+            # A case testing the failure path runs its conditions as served.
+            runtime.oracle.min_timeout_s = 0.0 if case.expect.on_error else budget_s
             try:
                 _, routed = await decide_request(runtime, case.task, case.request)
             except RequestError as exc:
                 outcomes.append(Outcome(case, error=exc.message))
                 continue
-            outcomes.append(Outcome(case, routed.decision))
+            decision = routed.decision
+            failures = [
+                (where.get((case.task, entry.condition), entry.kind), entry.error)
+                for entry in (decision.trace if decision else ())
+                if entry.error is not None
+            ]
+            outcomes.append(Outcome(case, decision, failures=failures))
     finally:
         await runtime.close()
     return outcomes
 
 
-async def _warm(runtime: _ReplayRuntime, tasks: set[str]) -> None:
-    """Load the routes the cases' model-backed conditions name, as a server's warm start
-    does, so that a condition's timeout counts its answer, not its model's load."""
-    routes = runtime.routes
-    config = routes.config
-    vias = {
-        condition.via
-        for task in sorted(tasks)
-        for rule in config.routes[task].rules
-        for found, _ in walk_conditions(rule.when, "")
-        for condition in (found.similar_to, found.classify)
-        if condition is not None
-    }
-    for via in sorted(vias):
-        try:
-            first = runtime.plan(routes, via, config.routes[via], prompt_tokens=0).first
-            if not first.remote:
-                (await runtime.acquire(routes, first.model, first.placement)).release()
-        except RequestError:
-            continue  # the condition will fail as it would when served, and its trace says why
+def _model_backed_paths(config: RoutesFile) -> dict[tuple[str, str], str]:
+    """(task, a model-backed condition's trace text): its key path, for a report."""
+    paths = {}
+    for task, route in config.routes.items():
+        for number, rule in enumerate(route.rules):
+            at = f"routes.{task}.rules.{number}.when"
+            for condition, path in walk_conditions(rule.when, at):
+                for kind, value, text in condition.parts():
+                    if kind in _MODEL_BACKED:
+                        paths[(task, text)] = f"{path}.{kind} (via {value.via})"
+    return paths
 
 
 def read_cases(path: Path, config: RoutesFile) -> list[Case]:
@@ -222,25 +270,54 @@ def _close(name: str, known: list[str]) -> str:
     return f": did you mean {found[0]!r}?" if found else f" (known: {', '.join(known)})"
 
 
-def _report(outcomes: list[Outcome], trace: bool) -> None:
-    rows = [
-        (o.case.name, o.case.task, "pass" if o.passed else "FAIL", _expected(o.case), _got(o))
-        for o in outcomes
-    ]
+def _report(outcomes: list[Outcome], trace: bool, budget_s: float) -> None:
+    rows = [(o.case.name, o.case.task, o.result, _expected(o.case), _got(o)) for o in outcomes]
     print_table(("CASE", "TASK", "RESULT", "EXPECTED", "GOT"), rows)
     for outcome in outcomes:
-        if trace or not outcome.passed:
+        # An errored case's cause is told once below, not with each case that met it.
+        if trace or outcome.result == "FAIL" or outcome.error is not None:
             print(f"\n{outcome.case.name}: {_why(outcome)}")
             for entry in outcome.decision.trace if outcome.decision else ():
                 print(f"  {json.dumps(entry.as_dict(), ensure_ascii=False)}")
-    failed = sum(not outcome.passed for outcome in outcomes)
-    print(f"\n{len(outcomes) - failed} passed, {failed} failed")
+    _report_failures(outcomes)
+    if any(o.failures or _reached_model(o) for o in outcomes):
+        print(
+            f"\nmodel-backed conditions: up to {budget_s:g} s each, their model's load "
+            "included (--condition-budget); a case expecting on_error: their own timeout_s"
+        )
+    counts = {result: sum(o.result == result for o in outcomes) for result in ("FAIL", "ERROR")}
+    errors = f", {counts['ERROR']} errors" if counts["ERROR"] else ""
+    print(f"\n{len(outcomes) - sum(counts.values())} passed, {counts['FAIL']} failed{errors}")
+
+
+def _report_failures(outcomes: list[Outcome]) -> None:
+    """Each model-backed condition that failed, once per cause, with the cases it touched."""
+    causes: dict[tuple[str, str], int] = {}
+    for outcome in outcomes:
+        if outcome.case.expect.on_error:
+            continue  # expected: not a problem of the setup
+        for cause in dict.fromkeys(outcome.failures):
+            causes[cause] = causes.get(cause, 0) + 1
+    if not causes:
+        return
+    print(
+        "\nmodel-backed conditions that failed (an error, not a condition that does not "
+        'hold: fix the cause, or mark a case "on_error": true to expect it):'
+    )
+    for (where, why), count in causes.items():
+        print(f"  {where}, {count} case{'' if count == 1 else 's'}: {why}")
+
+
+def _reached_model(outcome: Outcome) -> bool:
+    trace = outcome.decision.trace if outcome.decision else ()
+    return any(entry.kind in _MODEL_BACKED for entry in trace)
 
 
 def _expected(case: Case) -> str:
     expect = case.expect
     outputs = "" if expect.outputs is None else f" {json.dumps(expect.outputs)}"
-    return f"{expect.rule} -> {expect.route}{outputs}"
+    on_error = " (on_error)" if expect.on_error else ""
+    return f"{expect.rule} -> {expect.route}{outputs}{on_error}"
 
 
 def _got(outcome: Outcome) -> str:
@@ -248,7 +325,8 @@ def _got(outcome: Outcome) -> str:
     if got is None:
         return f"error: {outcome.error}"
     outputs = f" {json.dumps(dict(got.outputs))}" if outcome.case.expect.outputs is not None else ""
-    return f"{got.rule_label} -> {got.route_to}{outputs}"
+    failed = " (a condition failed)" if outcome.failures else ""
+    return f"{got.rule_label} -> {got.route_to}{outputs}{failed}"
 
 
 def _why(outcome: Outcome) -> str:

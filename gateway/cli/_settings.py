@@ -33,31 +33,36 @@ def settings_from(**flags: object) -> Settings:
     return settings
 
 
-def preflight_or_raise(loaded: LoadedRoutes, settings: Settings) -> Preflight:
+def preflight_or_raise(
+    loaded: LoadedRoutes, settings: Settings, *, refuse_unloadable: bool = False
+) -> Preflight:
     """The checks a start and a reload make before anything loads: ConfigError if any fails
-    (the warnings are the caller's to show)."""
+    (the warnings are the caller's to show); `refuse_unloadable`: preflight's, for check."""
     from zest.engines import detect_inventory
     from zest.gateway.serving import preflight
 
-    checked = preflight(loaded, detect_inventory(settings.emulate_devices).devices)
+    devices = detect_inventory(settings.emulate_devices).devices
+    checked = preflight(loaded, devices, refuse_unloadable=refuse_unloadable)
     if checked.problems:
         raise ConfigError(checked.problems)
     return checked
 
 
 def checked_or_raise(
-    path: Path, settings: Settings, *, models: bool = True
+    path: Path, settings: Settings, *, models: bool = True, refuse_unloadable: bool = False
 ) -> tuple[LoadedRoutes, Preflight]:
     """The routes file, and what its model files said (`models`: read them), or ConfigError
     with every problem of both at once: the model files of the file's sound parts are read
-    even when other parts have problems, so that one run lists them all."""
+    even when other parts have problems, so that one run lists them all. `refuse_unloadable`
+    (zest check): a model file a route needs that would not load refuses the file, where a
+    start serves on without those routes."""
     loaded, problems = check_routes(path)
     checked = Preflight()
     if not models and loaded is not None:  # the warnings the file alone gives (preflight's)
         checked = Preflight(warnings=[f"{loaded.path}: {w}" for w in rule_warnings(loaded.config)])
     if models and loaded is not None:
         try:
-            checked = preflight_or_raise(loaded, settings)
+            checked = preflight_or_raise(loaded, settings, refuse_unloadable=refuse_unloadable)
         except ConfigError as exc:
             problems += exc.problems
     if problems or loaded is None:

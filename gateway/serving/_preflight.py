@@ -2,12 +2,21 @@
 a start and every reload run, so that none of them passes a file another would refuse.
 
 Each model entry's files are read without loading the model (engines.inspect_model: GGUF
-headers, genai_config.json): the file must exist and be readable, `context_length` must fit
+headers, genai_config.json; engines.check_model_data: a GGUF's tensor table against the file,
+no weight read): the file must exist, be readable and hold what its header declares (as
+llama.cpp checks it before a load), `context_length` must fit
 what the model was trained or built for, every route must leave room for a prompt in the
 context it will really get, a chat route needs a chat template, no route may place a model on
 a device its options rule out, and a model pinned by `sha256:` must be that file (the digest is
 cached, engines._digests: only a new or changed file is read whole). Every problem names the
 file, the key path and the fix.
+
+A model whose files would fail to load (missing, unreadable, cut short or damaged) refuses the
+table when a route needs it alone, and is a warning when its routes fall back. One difference:
+a GGUF whose header reads but whose data would not load refuses the table for `zest check`
+(`refuse_unloadable`) while a start or a reload serves on with it, its routes unservable until
+the file is replaced (GET /v1/ready names them), so that one broken file does not take down
+what the rest of a replica serves.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from zest.engines import ModelFacts, engine_kind, inspect_model, verify_model
+from zest.engines import ModelFacts, check_model_data, engine_kind, inspect_model, verify_model
 from zest.errors import ModelDigestMismatchError, RequestError, ServiceUnavailableError
 from zest.gateway.serving._planning import plan_for
 from zest.router import (
@@ -43,12 +52,19 @@ class Preflight:
 
 
 def preflight(
-    routes: LoadedRoutes, devices: Mapping[str, Device] | None = None, *, pins: bool = True
+    routes: LoadedRoutes,
+    devices: Mapping[str, Device] | None = None,
+    *,
+    pins: bool = True,
+    refuse_unloadable: bool = False,
 ) -> Preflight:
     """Check `routes` against its model files (blocking: run it in a thread). With `devices`
     (this machine's inventory), routes whose device is auto are checked where they would run;
-    `pins=False` leaves the `sha256:` pins to the loads (nothing but headers is read)."""
+    `pins=False` leaves the `sha256:` pins to the loads (nothing but headers is read).
+    `refuse_unloadable` (zest check): a model a route needs alone whose data would not load is
+    a problem, not a warning."""
     facts, unreadable, problems = _inspect_models(routes)
+    unloadable = _check_data(routes, facts)
     verified: dict[str, str] = {}
     if pins:
         verified, mismatches = _verify_pins(routes, facts, unreadable)
@@ -62,6 +78,16 @@ def preflight(
             problems.append(line)
         else:  # as a start: a route with a fallback serves on without it
             warnings.append(f"{line} (no route needs it alone: its routes fall back)")
+    for model_id, message in unloadable.items():
+        line = f"models.{model_id}.source: {message}"
+        if model_id not in required:
+            warnings.append(f"{line} (no route needs it alone: its routes fall back)")
+        elif refuse_unloadable:
+            problems.append(line)
+        else:
+            warnings.append(
+                f"{line} (the routes that need it cannot be served until the file is replaced)"
+            )
     warnings += _exposure_warnings(routes)
     warnings += rule_warnings(config)  # a target's own rules, a target that would send data out
     for task, route in config.routes.items():
@@ -91,6 +117,17 @@ def _inspect_models(
             facts[model_id] = found
             problems += _context_problems(model_id, config, found)
     return facts, unreadable, problems
+
+
+def _check_data(routes: LoadedRoutes, facts: dict[str, ModelFacts]) -> dict[str, str]:
+    """Why each model whose header read would still fail to load (its data not all there)."""
+    unloadable = {}
+    for model_id in facts:
+        try:
+            check_model_data(model_id, routes.config.models[model_id], routes.base_dir)
+        except RequestError as exc:
+            unloadable[model_id] = exc.message
+    return unloadable
 
 
 def _verify_pins(
@@ -139,7 +176,7 @@ def _required_models(routes: LoadedRoutes) -> set[str]:
         for route in config.routes.values()
         if not route.fallback or route.on_failure == "return_error"
     }
-    return set(listed) | alone
+    return set(listed) | alone | routes.needed_by_broken  # those routes, once fixed
 
 
 def _context_problems(model_id: str, config: ModelConfig, facts: ModelFacts) -> list[str]:

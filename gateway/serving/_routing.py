@@ -162,7 +162,7 @@ async def route_by_content(
     if outcome.route_to == task:
         return Routed(task, route, outcome)
     target = routes.config.routes[outcome.route_to]
-    return Routed(outcome.route_to, tightened(target, route), outcome)
+    return Routed(outcome.route_to, tightened(target, route, task), outcome)
 
 
 # Told of each model-backed evaluation: its kind (similar_to, classify), its seconds (0.0 when
@@ -210,17 +210,29 @@ class RoutingOracle:
     )
     # The metrics observe each model-backed evaluation (the request path imports no metrics).
     observers: list[ConditionObserver] = field(default_factory=list)
+    # A replay (zest route test) judges what a condition decides, not how fast: each waits at
+    # least `min_timeout_s` (its model's load included) whatever its timeout_s, and a failure
+    # is kept for the same condition (one cause, one try), not logged (the replay reports each
+    # cause once). Serving tries a failure again with the next request, and logs it.
+    min_timeout_s: float = 0.0
+    replaying: bool = False
+    failures: dict[tuple[Any, float], str] = field(default_factory=dict)
 
     async def resolve(self, query: ConditionQuery) -> ModelResult:
         key = query.key()
         if (found := self.results.get(key)) is not None:
             self._observe(query.kind, 0.0, cached=True)
             return ModelResult(found.score, found.label, found.error, cached=True)
+        failure = (query.condition, self.min_timeout_s)
+        if (failed := self.failures.get(failure)) is not None:
+            return ModelResult(error=failed, cached=True)
         started = time.perf_counter()
         result = await self._timed(query)
         self._observe(query.kind, time.perf_counter() - started, cached=False)
-        if result.error is None:  # a failure is tried again next time
+        if result.error is None:  # a failure is tried again next time (unless replaying)
             self.results[key] = result
+        elif self.replaying:
+            self.failures[failure] = result.error
         return result
 
     def _observe(self, kind: str, seconds: float, *, cached: bool) -> None:
@@ -229,16 +241,18 @@ class RoutingOracle:
 
     async def _timed(self, query: ConditionQuery) -> ModelResult:
         condition = query.condition
+        timeout_s = max(condition.timeout_s, self.min_timeout_s)
         try:
             if isinstance(condition, SimilarTo):
                 work = self._similarity(query, condition)
             else:
                 work = _classify(query, condition)
-            return await asyncio.wait_for(work, condition.timeout_s)
+            return await asyncio.wait_for(work, timeout_s)
         except TimeoutError:
-            return ModelResult(error=f"timed out after {condition.timeout_s:g} s")
+            return ModelResult(error=f"timed out after {timeout_s:g} s")
         except RequestError as exc:
-            log.warning("routing condition via %s failed: %s", condition.via, exc.message)
+            if not self.replaying:
+                log.warning("routing condition via %s failed: %s", condition.via, exc.message)
             return ModelResult(error=exc.message)
 
     async def _similarity(self, query: ConditionQuery, condition: SimilarTo) -> ModelResult:

@@ -190,3 +190,57 @@ def test_rules_that_would_not_do_what_they_say_are_warned(tmp_path: Path) -> Non
         f"warning: {path}: routes.open.rules.0.to: route 'chat' has rules of its own, which a "
         "request routed here by 'open' does not follow (one hop)",
     ]
+
+
+def cut_model(folder: Path) -> Path:
+    """The bundled model cut to 3 MB, as an interrupted download leaves it: its header reads."""
+    from zest.engines import resolve_source
+
+    cut = folder / "cut.gguf"
+    with resolve_source(SMOLLM2, Path()).open("rb") as whole:
+        cut.write_bytes(whole.read(3_000_000))
+    return cut
+
+
+def test_a_gguf_cut_short_fails_check(tmp_path: Path) -> None:
+    """Its header reads, its tensors are not all there: check reads the tensor table against
+    the file (no weight) and refuses it, as llama.cpp would refuse the load."""
+    cut = cut_model(tmp_path)
+    path = write(tmp_path, "  m: {engine: llamacpp, source: cut.gguf}\n",
+                 "  chat: {kind: chat, model: m, max_tokens: 64}\n")  # fmt: skip
+    checked = zest("check", str(path))
+    assert (checked.returncode, checked.stdout) == (1, "")
+    assert checked.stderr.splitlines() == [
+        f"{path}: models.m.source: model 'm': cannot load {cut}: the file is cut short: its 272 "
+        "tensors end at byte 98,362,432 but it holds 3,000,000 bytes (an interrupted "
+        "download?): fetch it again"
+    ]
+    assert zest("check", "--no-models", str(path)).returncode == 0  # the file alone is fine
+
+
+def test_every_problem_of_a_file_in_one_run(tmp_path: Path) -> None:
+    """A schema error does not hide the unknown model and rule target beside it in its route,
+    nor the model files: a missing one, and one cut short."""
+    cut_model(tmp_path)
+    path = write(
+        tmp_path,
+        "  gone: {engine: llamacpp, source: gone.gguf}\n"
+        "  cut: {engine: llamacpp, source: cut.gguf}\n",
+        "  chat:\n    kind: chat\n    model: gone\n    max_tokns: 64\n"
+        "    rules: [{id: code, when: {keywords_any: [def]}, to: chat-codr}]\n"
+        "  coder: {kind: chat, model: mystery, max_tokens: 64}\n"
+        "  notes: {kind: chat, model: cut, max_tokens: 64}\n",
+    )
+    checked = zest("check", str(path))
+    assert (checked.returncode, checked.stdout) == (1, "")
+    assert [line.split(": ", 2)[1] for line in checked.stderr.splitlines()] == [
+        "routes.chat.max_tokns",
+        "routes.chat.rules.0.to",
+        "routes.coder.model",
+        "models.gone.source",
+        "models.cut.source",
+    ]
+    assert checked.stderr.splitlines()[1:3] == [
+        f"{path}: routes.chat.rules.0.to: unknown route 'chat-codr': did you mean 'chat'?",
+        f"{path}: routes.coder.model: unknown model 'mystery' (known: cut, gone)",
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,11 @@ def zest(*args: str) -> subprocess.CompletedProcess[str]:
 
 def chat(text: str, **extra: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": text}], **extra}
+
+
+def cells(line: str) -> list[str]:
+    """A row of the report's table: its columns are two spaces apart at least."""
+    return re.split(r"\s{2,}", line.strip())
 
 
 def write_cases(path: Path, *cases: dict[str, Any]) -> Path:
@@ -97,6 +103,126 @@ def test_deterministic_rules_load_no_model(tmp_path: Path) -> None:
     assert result.stderr == ""  # nothing loaded, nothing logged
 
 
+# Model-backed conditions whose models are not there: a similar_to and a classify, behind a
+# deterministic rule.
+BROKEN = """\
+version: 1
+models:
+  junk: {engine: llamacpp, source: junk.gguf}
+  gone-embedder: {engine: llamacpp, source: gone-embedder.gguf, options: {embedding: true}}
+  gone-classifier: {engine: llamacpp, source: gone-classifier.gguf}
+phrases: {code: [my function raises an exception]}
+routes:
+  chat:
+    kind: chat
+    model: junk
+    rules:
+      - id: private
+        when: {metadata: {key: consent, equals: denied}}
+        to: chat-local
+      - id: code
+        when: {similar_to: {via: embed, label: code, min_score: 0.6}}
+        to: chat-coder
+      - id: math
+        when:
+          classify: {via: classifier, labels: [math, other], label: math, prompt: "Subject?"}
+        to: chat-local
+  chat-local: {kind: chat, model: junk}
+  chat-coder: {kind: chat, model: junk}
+  embed: {kind: embedding, model: gone-embedder}
+  classifier: {kind: chat, model: gone-classifier}
+"""
+
+
+def broken_routes(folder: Path) -> Path:
+    (folder / "junk.gguf").write_bytes(b"not a model")
+    path = folder / "routes.yaml"
+    path.write_text(BROKEN)
+    return path
+
+
+def test_a_condition_whose_model_is_missing_fails_the_run_once_per_cause(tmp_path: Path) -> None:
+    """Cases that expect the default, which the failed conditions let through, are errors, not
+    passes; each cause is told once (not once per case, nor in the log), with its key path."""
+    cases = write_cases(
+        tmp_path / "cases.jsonl",
+        *(
+            {
+                "name": f"expects the default {n}",
+                "task": "chat",
+                "request": chat(f"Who was emperor in year {n}?"),
+                "expect": {"rule": "default", "route": "chat"},
+            }
+            for n in range(3)
+        ),
+        {
+            "name": "decided before any model",
+            "task": "chat",
+            "request": chat("hi", metadata={"consent": "denied"}),
+            "expect": {"rule": "private", "route": "chat-local"},
+        },
+    )
+    routes = broken_routes(tmp_path)
+    result = zest("route", "test", str(cases), "--routes", str(routes))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert [cells(line) for line in lines[:5]] == [
+        ["CASE", "TASK", "RESULT", "EXPECTED", "GOT"],
+        *(
+            [f"expects the default {n}", "chat", "ERROR", "default -> chat",
+             "default -> chat (a condition failed)"]
+            for n in range(3)
+        ),
+        ["decided before any model", "chat", "pass", "private -> chat-local",
+         "private -> chat-local"],
+    ]  # fmt: skip
+    assert lines[5:] == [
+        "",
+        "model-backed conditions that failed (an error, not a condition that does not hold: "
+        'fix the cause, or mark a case "on_error": true to expect it):',
+        "  routes.chat.rules.1.when.similar_to (via embed), 3 cases: model file not found: "
+        f"{tmp_path}/gone-embedder.gguf: copy the model there or fix the source path",
+        "  routes.chat.rules.2.when.classify (via classifier), 3 cases: model file not found: "
+        f"{tmp_path}/gone-classifier.gguf: copy the model there or fix the source path",
+        "",
+        "model-backed conditions: up to 300 s each, their model's load included "
+        "(--condition-budget); a case expecting on_error: their own timeout_s",
+        "",
+        "1 passed, 0 failed, 3 errors",
+    ]
+
+
+def test_a_case_may_expect_the_on_error_path(tmp_path: Path) -> None:
+    cases = write_cases(
+        tmp_path / "cases.jsonl",
+        {
+            "name": "the classifier is down",
+            "task": "chat",
+            "request": chat("What is 6 times 7?"),
+            "expect": {"rule": "default", "route": "chat", "on_error": True},
+        },
+        {
+            "name": "no condition failed",
+            "task": "chat",
+            "request": chat("hi", metadata={"consent": "denied"}),
+            "expect": {"rule": "private", "route": "chat-local", "on_error": True},
+        },
+    )
+    result = zest("route", "test", str(cases), "--routes", str(broken_routes(tmp_path)))
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert [cells(line) for line in lines[1:3]] == [
+        ["the classifier is down", "chat", "pass", "default -> chat (on_error)",
+         "default -> chat (a condition failed)"],
+        ["no condition failed", "chat", "FAIL", "private -> chat-local (on_error)",
+         "private -> chat-local"],
+    ]  # fmt: skip
+    assert "no condition failed: on_error (no condition failed) differ; trace:" in lines
+    assert "model-backed conditions that failed" not in result.stdout  # expected, not a cause
+    assert lines[-1] == "1 passed, 1 failed"
+
+
 def test_a_mismatch_exits_1_with_the_table_and_the_trace(tmp_path: Path) -> None:
     cases = write_cases(
         tmp_path / "cases.jsonl",
@@ -137,8 +263,8 @@ def test_a_mismatch_exits_1_with_the_table_and_the_trace(tmp_path: Path) -> None
         "",
         "wrong: rule, route, outputs differ; trace:",
         '  {"condition": "metadata: {\\"key\\": \\"consent\\", \\"any\\": [\\"denied\\", '
-        '\\"withdrawn\\"]}", "result": false}',
-        '  {"condition": "keywords_any: [\\"def \\"]", "result": true}',
+        '\\"withdrawn\\"]}", "kind": "metadata", "result": false}',
+        '  {"condition": "keywords_any: [\\"def \\"]", "kind": "keywords_any", "result": true}',
         "",
         "1 passed, 1 failed",
     ]
@@ -205,7 +331,7 @@ def test_explain_a_request_shows_its_decision_then_the_chosen_routes_plan(tmp_pa
         "decision: task chat -> route chat-coder, rule code",
         '  metadata: {"key": "consent", "any": ["denied", "withdrawn"]}: false',
         '  keywords_any: ["def "]: false',
-        '  regex: "\\\\bError\\\\b": true',
+        "  regex: '\\bError\\b': true",  # as the file writes it
     ]
     assert lines[4].startswith("task chat-coder: chat route, model junk (llamacpp)")
     assert lines[-2].startswith("attempt 1: junk on cpu: ")

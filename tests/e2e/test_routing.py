@@ -202,7 +202,9 @@ def test_the_trace_is_there_when_the_body_asks(client: openai.OpenAI) -> None:
     zest = zest_of(raw.parse())
     assert zest["matched_rule"] == "brief"
     trace = zest["trace"]
-    assert [entry["condition"].split(":")[0] for entry in trace] == [
+    # Each entry names its kind (as Lemonade's traces do) beside zest's text of it.
+    assert all(entry["condition"].startswith(f"{entry['kind']}: ") for entry in trace)
+    assert [entry["kind"] for entry in trace] == [
         "metadata",
         "queued_over",
         "has_tools",
@@ -218,7 +220,7 @@ def test_the_trace_is_there_when_the_body_asks(client: openai.OpenAI) -> None:
     assert similar["condition"] == (
         'similar_to: {"via": "embed", "timeout_s": 10.0, "label": "code", "min_score": 0.6}'
     )
-    assert set(similar) == {"condition", "result", "score", "cached"}
+    assert set(similar) == {"condition", "kind", "result", "score", "cached"}
     assert -1.0 <= similar["score"] < 0.6
 
 
@@ -233,7 +235,7 @@ def test_the_trace_is_there_when_the_header_asks(server: Server) -> None:
     )
     assert answer.status_code == 200, answer.text
     zest = answer.json()["zest"]
-    assert zest["trace"][-1] == {"condition": "max_chars: 24", "result": True}
+    assert zest["trace"][-1] == {"condition": "max_chars: 24", "kind": "max_chars", "result": True}
     # A model-backed result is cached by condition and text: the second time says so.
     assert zest["trace"][5]["cached"] is True
 
@@ -260,6 +262,7 @@ def test_a_streamed_answer_carries_the_decision_on_its_first_chunk(
     }
     assert first["trace"][-1] == {
         "condition": 'keywords_any: ["def ", "stack trace", "```"]',
+        "kind": "keywords_any",
         "result": True,
     }
     assert first["task"] == "chat-coder"
@@ -300,6 +303,7 @@ def test_overflow_goes_to_the_spare_model_while_the_queue_is_long(
     assert zest["outputs"] == {"reason": "overflow"}
     assert zest["trace"][1] == {
         "condition": 'queued_over: {"route": "chat", "requests": 1}',
+        "kind": "queued_over",
         "result": True,
     }
 
@@ -345,7 +349,11 @@ def test_a_local_only_request_sent_to_a_remote_route_never_leaves(
     assert plan["decision"]["route_to"] == "chat-open"
     assert plan["route"]["privacy"] == "local_only"
     assert [a["model"] for a in plan["attempts"]] == ["smollm2"]
-    assert plan["removed"] == ["remote: route 'chat-open' is local_only"]
+    assert plan["removed"] == [
+        "remote: the request came from route 'private', which is local_only, and keeps that "
+        "privacy here (route 'chat-open' allows remote attempts; privacy only tightens along a "
+        "rule)"
+    ]
     assert proxy.requests == []
     # The same route, asked directly, does try its remote model (and falls back: it fails).
     direct = send(client, "chat-open", request)
@@ -407,7 +415,9 @@ def test_an_image_in_any_message_is_forwarded_unchanged_to_the_remote_route(
     assert raw.headers["x-zest-route"].startswith("task=vision; model=upstream; device=remote")
     answer = raw.parse()
     assert answer.choices[0].message.content == "Orange."
-    assert zest_of(answer)["trace"] == [{"condition": "has_images: true", "result": True}]
+    assert zest_of(answer)["trace"] == [
+        {"condition": "has_images: true", "kind": "has_images", "result": True}
+    ]
     [received] = replying.requests
     assert received.body["messages"] == LOOK
 
@@ -461,7 +471,13 @@ def test_an_image_of_a_local_only_route_never_leaves(server: Server, replying: P
     answer = httpx.post(f"{server.v1}/chat/completions", json=body, timeout=120)
     assert answer.status_code == 503, answer.text
     assert answer.headers["x-zest-rule"] == "images"
-    assert "route 'vision' is local_only" in answer.json()["error"]["message"]
+    assert answer.json()["error"]["message"] == (
+        "route 'vision' runs only on the remote model 'upstream', which is left out: remote: "
+        "the request came from route 'looks-private', which is local_only, and keeps that "
+        "privacy here (route 'vision' allows remote attempts; privacy only tightens along a "
+        "rule): add a local model to routes.vision.fallback, or set "
+        "routes.looks-private.privacy: allow_remote"
+    )
     assert replying.requests == []  # privacy only tightens: the upstream was never reached
 
 
@@ -481,7 +497,11 @@ def test_explain_shows_the_decision_its_trace_and_the_chosen_routes_plan(server:
         "default_used": False,
         "outputs": {},
         "trace": [
-            {"condition": 'regex: "^\\\\s*(def|class|import|from) "', "result": True},
+            {
+                "condition": "regex: '^\\s*(def|class|import|from) '",  # as the file writes it
+                "kind": "regex",
+                "result": True,
+            },
         ],
     }
     assert explained["task"] == "autocomplete-code"
@@ -532,7 +552,7 @@ def test_a_reload_with_bad_rules_keeps_the_last_good_table(
     ]
     [message] = errors[1]
     assert message.startswith(
-        f"{routes}: routes.chat.rules.1.when.regex: regex '(a)\\\\1' is not one RE2 runs ("
+        f"{routes}: routes.chat.rules.1.when.regex: regex '(a)\\1' is not one RE2 runs ("
     )
     assert message.endswith("so backreferences and lookarounds are out; rewrite it without them")
     request = {
@@ -593,6 +613,6 @@ def test_a_prompt_of_megabytes_is_decided_then_refused_as_too_long(server: Serve
         "matched_rule": None,
         "default_used": True,
     }
-    kinds = {entry["condition"].split(":")[0] for entry in zest["trace"]}
+    kinds = {entry["kind"] for entry in zest["trace"]}
     assert kinds == {"keywords_any", "keywords_all", "regex", "metadata", "min_chars",
                      "max_chars", "max_prompt_tokens", "has_tools"}  # fmt: skip

@@ -140,6 +140,55 @@ def test_a_gguf_cut_after_its_header_is_refused_before_any_load(tmp_path: Path) 
     )
 
 
+DAMAGED = "the file is damaged (llama.cpp would refuse it): fetch it again"
+
+
+@pytest.mark.parametrize(
+    ("tensors", "message"),
+    [
+        (
+            ((0, (8,), 0), (8, (32, 2), 0)),
+            f"tensor 't1' starts at byte 0 of the data, where the tensors before it end at byte "
+            f"32: {DAMAGED}",
+        ),
+        (
+            ((0, (8,), 0), (8, (32, 2), 64)),
+            f"tensor 't1' starts at byte 64 of the data, where the tensors before it end at "
+            f"byte 32: {DAMAGED}",
+        ),
+        (
+            ((0, (8,), 0), (8, (20, 2), 32)),
+            f"tensor 't1' has rows of 20 elements, not whole blocks of 32 (its type, 8): {DAMAGED}",
+        ),
+        (((0, (8, 1, 1, 1, 1), 0),), f"tensor 't0' has 5 dimensions (at most 4): {DAMAGED}"),
+        (
+            ((0, (2**63 - 1, 2), 0),),
+            f"tensor 't0' has a shape of [{2**63 - 1}, 2] elements: {DAMAGED}",
+        ),
+    ],
+    ids=["overlapping", "a gap", "a row of part of a block", "five dimensions", "too large"],
+)
+def test_tensors_not_where_the_header_says_are_refused_as_llama_cpp_would(
+    tmp_path: Path, tensors: tuple[tuple[int, tuple[int, ...], int], ...], message: str
+) -> None:
+    """llama.cpp's GGUF reader refuses these before a load: each tensor's data follows the one
+    before it (padded to the alignment), rows are whole blocks, at most 4 dimensions."""
+    with pytest.raises(GgufError) as refused:
+        check_gguf_tensors(write(tmp_path, with_tensors(*tensors)))
+    assert str(refused.value) == message
+
+
+def test_a_tensor_listed_twice_or_with_a_negative_dimension_is_refused(tmp_path: Path) -> None:
+    twice = with_tensors(*TENSORS).replace(b"t1", b"t0", 1)
+    with pytest.raises(GgufError) as refused:
+        check_gguf_tensors(write(tmp_path, twice))
+    assert str(refused.value) == f"tensor 't0' is listed twice: {DAMAGED}"
+    negative = with_tensors((0, (8,), 0)).replace(struct.pack("<Q", 8), struct.pack("<q", -8), 1)
+    with pytest.raises(GgufError) as refused:
+        check_gguf_tensors(write(tmp_path, negative))
+    assert str(refused.value) == f"tensor 't0' has a shape of [-8] elements: {DAMAGED}"
+
+
 def test_a_tensor_of_an_unknown_type_counts_only_its_offset(tmp_path: Path) -> None:
     """A type newer than this table is no false alarm: the check stays a lower bound."""
     check_gguf_tensors(write(tmp_path, with_tensors((0, (8,), 0), (200, (10**9,), 32))))

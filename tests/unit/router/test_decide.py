@@ -70,7 +70,7 @@ def test_regex_is_searched_anywhere_and_case_sensitive() -> None:
 
 
 def test_a_pattern_re2_cannot_run_is_refused_naming_the_construct() -> None:
-    with pytest.raises(ValidationError, match=r"regex '\(a\)\\\\1' is not one RE2 runs"):
+    with pytest.raises(ValidationError, match=r"regex '\(a\)\\1' is not one RE2 runs"):
         rule({"regex": r"(a)\1"})
     with pytest.raises(ValidationError, match="invalid perl operator"):
         rule({"regex": r"(?=a)b"})
@@ -144,8 +144,8 @@ def test_a_table_is_compiled_once_and_evaluated_alike_every_time() -> None:
     assert first == again
     assert isinstance(first, Decision)
     assert [entry.as_dict() for entry in first.trace] == [
-        {"condition": 'keywords_any: ["def "]', "result": True},
-        {"condition": "max_chars: 40", "result": True},
+        {"condition": 'keywords_any: ["def "]', "kind": "keywords_any", "result": True},
+        {"condition": "max_chars: 40", "kind": "max_chars", "result": True},
     ]
 
 
@@ -292,7 +292,7 @@ def test_no_matching_rule_is_served_by_the_route_itself() -> None:
         "matched_rule": None,
         "default_used": True,
         "outputs": {},
-        "trace": [{"condition": 'keywords_any: ["x"]', "result": False}],
+        "trace": [{"condition": 'keywords_any: ["x"]', "kind": "keywords_any", "result": False}],
     }
     assert decision.rule_label == "default"
 
@@ -329,6 +329,7 @@ def test_a_model_backed_condition_is_pending_until_its_result_is_given() -> None
     assert decision.matched_rule == "r"
     assert decision.trace[0].as_dict() == {
         "condition": 'similar_to: {"via": "embed", "label": "code", "min_score": 0.6}',
+        "kind": "similar_to",
         "result": True,
         "score": 0.71,
         "cached": True,

@@ -18,8 +18,56 @@ def test_an_alias_bomb_is_refused_before_it_expands() -> None:
     for level in "bcdefghi":
         previous = chr(ord(level) - 1)
         bomb += f"{level}: &{level} [" + ", ".join([f"*{previous}"] * 10) + "]\n"
-    [problem] = problems(bomb)
-    assert problem.startswith("routes.yaml: the YAML expands to more than 100000 values")
+    assert problems(bomb) == [
+        "routes.yaml: the YAML's aliases expand it by more than 100000 values (an alias "
+        "bomb?): write the repeated parts out, or reuse fewer"
+    ]
+
+
+def test_an_alias_inside_its_own_anchor_is_refused() -> None:
+    assert problems("version: 1\nmodels: &loop {again: *loop}\n") == [
+        "routes.yaml: an alias names a value that holds it, so the YAML never ends: write that "
+        "part out instead"
+    ]
+
+
+def rule_file(rules: int) -> str:
+    """A route with `rules` rules, written out (no alias)."""
+    rule = "      - {{id: r{n}, when: {{keywords_any: [w{n}]}}, to: other}}\n"
+    written = "".join(rule.format(n=n) for n in range(rules))
+    route = f"  chat:\n    kind: chat\n    model: smollm2\n    rules:\n{written}"
+    return VALID.replace("  chat: {kind: chat, model: smollm2}\n", route) + (
+        "  other: {kind: chat, model: smollm2}\n"
+    )
+
+
+def test_a_large_rule_file_without_aliases_is_no_alias_bomb() -> None:
+    """10,000 rules write some 100,000 YAML values out: only what aliases add is bounded."""
+    config = parse_routes(rule_file(10_000), "routes.yaml")
+    assert len(config.routes["chat"].rules) == 10_000
+
+
+def test_the_size_of_a_document_is_worked_out_once_per_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Linear in the file, counted in steps: each written node's children are listed twice
+    (going down, coming back up), whatever its aliases expand to: 2**50 values here."""
+    import yaml
+
+    from zest.router import _yaml
+
+    listed: list[yaml.Node] = []
+    children = _yaml._children
+    monkeypatch.setattr(_yaml, "_children", lambda node: listed.append(node) or children(node))
+    bomb = "l0: &l0 [x, x]\n" + "".join(
+        f"l{n}: &l{n} [*l{n - 1}, *l{n - 1}]\n" for n in range(1, 50)
+    )
+    size = _yaml.yaml_size(yaml.compose(bomb, Loader=yaml.SafeLoader))
+    # l_n expands to 2**(n+2) - 1 values; the mapping adds itself and its 50 keys.
+    assert size.expanded == 1 + 50 + sum(2 ** (n + 2) - 1 for n in range(50)) == 2**52 - 3
+    assert len(listed) == 2 * size.written
+    plain = yaml.compose(rule_file(1_000), Loader=yaml.SafeLoader)
+    assert _yaml.yaml_size(plain).added_by_aliases == 0
 
 
 def test_anchors_reused_a_little_are_fine() -> None:

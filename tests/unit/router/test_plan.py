@@ -21,6 +21,7 @@ from zest.router import (
     find_route,
     parse_routes,
     plan_route,
+    tightened,
 )
 
 ROUTES = parse_routes(
@@ -373,6 +374,31 @@ def test_a_local_only_route_never_plans_a_remote_attempt() -> None:
     result = chain(r, devices(CPU))
     assert [a.model for a in result.attempts] == ["small"]
     assert result.removed == ("fallback 1 (upstream): remote: route 't' is local_only",)
+
+
+def test_a_route_tightened_by_a_local_only_caller_names_the_caller() -> None:
+    """The target allows remote attempts: it is the caller's local_only that leaves them out,
+    and the fix may be the caller's."""
+    caller = route(device="cpu")
+    r = RouteConfig.model_validate({"kind": "chat", "model": "upstream", "privacy": "allow_remote"})
+    with pytest.raises(DeviceUnavailableError) as info:
+        chain(tightened(r, caller, "private"), devices(CPU))
+    reason = (
+        "remote: the request came from route 'private', which is local_only, and keeps that "
+        "privacy here (route 't' allows remote attempts; privacy only tightens along a rule)"
+    )
+    assert info.value.message == (
+        f"route 't' runs only on the remote model 'upstream', which is left out: {reason}: add "
+        "a local model to routes.t.fallback, or set routes.private.privacy: allow_remote"
+    )
+    mixed = route(device="cpu", fallback=[{"model": "upstream"}], privacy="allow_remote")
+    result = chain(tightened(mixed, caller), devices(CPU))  # a condition's caller, unnamed
+    assert result.removed == (
+        "fallback 1 (upstream): remote: the request came from a local_only route and keeps "
+        "that privacy here (route 't' allows remote attempts; privacy only tightens along a "
+        "rule)",
+    )
+    assert tightened(mixed, mixed, "open") is mixed  # nothing to tighten: the route as it is
 
 
 def test_a_chain_that_cannot_run_anywhere_names_every_reason() -> None:

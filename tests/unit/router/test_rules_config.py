@@ -89,6 +89,23 @@ def test_an_unknown_condition_kind_is_refused_with_a_hint() -> None:
     assert "did you mean 'keywords_any'?" in problem
 
 
+def test_condition_kinds_are_listed_as_the_file_spells_them() -> None:
+    """`not`, never pydantic's attribute `not_`: in the list, in the hint, and under it."""
+    chat = GOOD.replace("when: {min_prompt_tokens: 3000}", "when: {nto: {min_chars: 3}}")
+    chat = chat.replace("when: {metadata:", "when: {not: {min_char: 3}, metadata:")
+    kinds = (
+        "all, any, classify, has_images, has_tools, keywords_all, keywords_any, max_chars, "
+        "max_prompt_tokens, metadata, min_chars, min_prompt_tokens, not, queued_over, regex, "
+        "similar_to"
+    )
+    assert problems(chat) == [
+        "routes.yaml: routes.chat.rules.0.when.not.min_char: unknown key 'min_char': did you "
+        f"mean 'min_chars'? (allowed: {kinds})",
+        "routes.yaml: routes.chat.rules.2.when.nto: unknown key 'nto': did you mean 'not'? "
+        f"(allowed: {kinds})",
+    ]
+
+
 def test_a_bad_regex_names_the_construct() -> None:
     chat = GOOD.replace('keywords_any: ["def ", "```"]', 'regex: "(a)\\\\1"')
     (problem,) = problems(chat)
@@ -145,11 +162,12 @@ def test_an_image_rule_whose_target_cannot_read_images_is_warned_of() -> None:
     rules: [{id: remote, when: {has_images: true}, to: chat-up}]
 """
     warnings = rule_warnings(parse_routes(HEAD + chat, "routes.yaml"))
+    # As the server answers: no attempt that can read images, 400; one privacy leaves out, 503.
     assert [w for w in warnings if "(has_images)" in w] == [
-        "routes.chat.rules.0.to: route 'chat-local' has no remote model 'chat' may reach, and "
-        "zest's own engines read no images: every request this rule sends there (has_images) "
-        "is refused (400)",
-        "routes.private.rules.0.to: route 'chat-up' has no remote model 'private' may reach, "
-        "and zest's own engines read no images: every request this rule sends there "
-        "(has_images) is refused (400)",
+        "routes.chat.rules.0.to: route 'chat-local' has no remote model, and zest's own engines "
+        "read no images: every request this rule sends there (has_images) is refused (400)",
+        "routes.private.rules.0.to: the remote model of route 'chat-up' is left out for the "
+        "requests 'private' sends (local_only), and zest's own engines read no images: every "
+        "request this rule sends there (has_images) is answered 503 (no attempt left to serve "
+        "it)",
     ]

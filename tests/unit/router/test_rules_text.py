@@ -37,7 +37,7 @@ def test_combinators_nest_and_several_keys_are_an_implicit_all() -> None:
     ).when
     assert condition_text(when) == (
         'min_chars: 10 and any(keywords_any: ["def "]; not(has_tools: true)) and '
-        'all(regex: "x+"; max_chars: 99)'
+        "all(regex: 'x+'; max_chars: 99)"
     )
 
 
