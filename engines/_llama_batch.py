@@ -41,6 +41,7 @@ from zest.engines._speculation import PromptLookup, draft_entries, take_tokens
 from zest.engines._step_cost import CostModel, MeasuredCost
 from zest.engines._step_plan import Running, StepPlan, StepState, Waiting, plan_step
 from zest.engines._worker import Outbox, Task, stream_task
+from zest.errors import EngineError
 
 __all__ = ["BatchScheduler"]
 
@@ -63,6 +64,7 @@ class _Sequence:
     preempted: bool = False
     shielded: bool = False
     last_served: int = 0
+    started_at: int = 0  # the scheduler's llama_decode calls when it took its slot
     draft: list[int] = field(default_factory=list)  # proposed for this step
     admitted: float = 0.0
     stats: StageStats | None = None
@@ -143,6 +145,7 @@ class BatchScheduler:
         self.steps = 0
         self.first_token_steps: dict[str, int] = {}
         self.preemptions = 0
+        self._decodes = 0  # llama_decode calls made
         self.last_plan = StepPlan()
         self._outbox = Outbox()  # a step's deltas reach the event loop in one wake-up
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
@@ -260,9 +263,20 @@ class BatchScheduler:
             chunk = self._entries(row)
             row.first = len(entries) + (len(chunk) - 1 if row.end else 0)
             entries += chunk
-        if not entries:  # every sequence planned failed to start: nothing to decode
-            return
-        self._decode(entries, rows)
+        if entries:
+            self._decode(entries, rows)
+        elif not self._running and self._waiting and not plan.admitted:
+            self._refuse_waiting()  # nothing runs and nothing can start: never spin
+
+    def _refuse_waiting(self) -> None:
+        """Waiting requests that no free slot can take: n choices beyond the slots, which only
+        a caller past the runner (its 400) can send."""
+        error = EngineError(
+            f"{len(self._waiting)} request(s) cannot start: more choices than the model's "
+            f"{len(self._free)} slot(s) (options.parallel in routes.yaml)"
+        )
+        for sequence in list(self._waiting.values()):
+            self._drop_waiting(sequence, error)
 
     def _rows(self, plan: StepPlan) -> list[_Row]:
         rows = []
@@ -293,6 +307,7 @@ class BatchScheduler:
             # The last step's deltas go to the event loop while llama.cpp computes this one:
             # waking the loop (a socket write) was 17% of this thread's busy samples at 4
             # streams, on the step's critical path (py-spy, issue 25).
+            self._decodes += 1
             self._ctx.decode(entries, while_waiting=self._outbox.flush)
             self.cost.record(len(entries), (time.perf_counter() - started) * 1000)
         except Exception as exc:  # only the sequences in this step fail: the rest go on
@@ -324,7 +339,7 @@ class BatchScheduler:
 
     def _start(self, sequence: _Sequence, *, shielded: bool) -> None:
         sequence.seq, sequence.shielded = self._take_slot(sequence), shielded
-        sequence.last_served = self.steps
+        sequence.last_served, sequence.started_at = self.steps, self._decodes
         self._running[sequence.key] = sequence
         try:
             if sequence.out is None:
@@ -343,18 +358,25 @@ class BatchScheduler:
             sequence.drafter = PromptLookup(
                 job.prompt_tokens, job.speculative.tokens, job.speculative.ngram
             )
-        # The sequence's stream holds at most its last prompt (engines/_prefix_cache.py).
-        if self._cache is not None and sequence.seq is not None:
-            sequence.reused = sequence.cursor = self._cache.reuse(job.prompt_tokens, sequence.seq)
+        self._first_kv(sequence)
+
+    def _first_kv(self, sequence: _Sequence) -> None:
+        """The slot's stream as its prompt starts: the longest prefix the prefix cache holds
+        (engines/_prefix_cache.py), else nothing."""
+        assert sequence.seq is not None
+        if self._cache is None:
+            self._ctx.forget(sequence.seq)
+            return
+        sequence.reused = sequence.cursor = self._cache.reuse(sequence.prompt, sequence.seq)
 
     def _resume(self, sequence: _Sequence) -> None:
         """Put a preempted sequence's state back into its new slot."""
         assert sequence.seq is not None
         state, sequence.saved = sequence.saved, None
-        if state:
-            self._ctx.import_seq(sequence.seq, state)
-        else:
-            self._ctx.forget(sequence.seq)
+        if not state:  # preempted before it computed anything: its prompt starts over
+            self._first_kv(sequence)
+            return
+        self._ctx.import_seq(sequence.seq, state)
         if self._cache is not None:
             held = sequence.prompt[: sequence.cursor] if sequence.token is None else sequence.prompt
             self._cache.restored(held, sequence.seq)
@@ -363,7 +385,12 @@ class BatchScheduler:
         """Out of its slot, its KV state saved to host memory: waiting again, first among its
         priority (it arrived before the requests behind it)."""
         assert sequence.seq is not None
-        if sequence.cursor or sequence.token is not None:
+        if sequence.started_at == self._decodes:
+            # No llama_decode since it started: a stream copy of the prefix cache may still be
+            # pending (llama.cpp applies them at the next decode), so its cells are not what
+            # it holds yet. Nothing of its own was computed: it starts over when it resumes.
+            sequence.cursor = sequence.reused = 0
+        elif sequence.cursor or sequence.token is not None:
             sequence.saved = self._ctx.export_seq(sequence.seq)
         self._free_slot(sequence, keep=True)
         del self._running[sequence.key]
@@ -383,13 +410,16 @@ class BatchScheduler:
             self._cache.release(seq, keep=keep)
         self._free.append(seq)
 
-    def _drop_waiting(self, sequence: _Sequence) -> None:
+    def _drop_waiting(self, sequence: _Sequence, error: BaseException | None = None) -> None:
         """A waiting request whose client left, or a closing scheduler's: nothing kept."""
         del self._waiting[sequence.key]
         sequence.saved = None
         if sequence.sampler is not None:
             sequence.sampler.close()
-        sequence.task.send(None)
+        if error is not None:
+            sequence.task.fail(error)
+        else:
+            sequence.task.send(None)
 
     # --- tokens ------------------------------------------------------------------------------
 

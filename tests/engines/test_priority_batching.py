@@ -19,7 +19,7 @@ import pytest
 from tests.engines.conftest import job_for, load_smollm2, text_of
 from tests.engines.test_admission import until as poll
 from zest.engines import Delta, Engine, GenerationJob
-from zest.engines._admission import Admission
+from zest.engines._admission import Admission, ChoiceGroup
 from zest.engines._llama_batch import BatchScheduler
 from zest.engines._runner import Runner
 from zest.engines._step_cost import FixedCost
@@ -362,3 +362,27 @@ def test_the_aging_rule_bounds_how_long_a_lower_decode_sits_out(
     assert any(sat_out), "the lower decode never sat out"
     longest = max(len(run) for run in "".join("x" if s else "." for s in sat_out).split("."))
     assert longest < AGING_STEPS
+
+
+def test_choices_beyond_the_slots_sent_past_the_runner_fail_instead_of_waiting_forever() -> None:
+    """The runner refuses them with 400; a caller that skips it gets an error event, and the
+    scheduler does not spin on requests no slot can take."""
+    engine, scheduler, _ = loaded(parallel=1)
+    pair = ChoiceGroup(2)
+    jobs = [job(engine, "Hi", f"choice-{n}", 0, group=pair) for n in range(2)]
+
+    async def direct(one: GenerationJob) -> list[Delta]:
+        return [delta async for delta in engine.stream(one)]
+
+    async def scenario() -> list[BaseException | list[Delta]]:
+        return await asyncio.gather(*(direct(one) for one in jobs), return_exceptions=True)
+
+    try:
+        results = asyncio.run(scenario())
+        steps = scheduler.steps
+    finally:
+        asyncio.run(engine.close())
+    for result in results:
+        assert isinstance(result, EngineError)
+        assert "more choices than the model's 1 slot(s)" in result.message
+    assert steps <= 2
