@@ -55,6 +55,7 @@ SPELLS = {"idle": 0, "loaded": SUMMARIES, "full": SLOTS}
 DOCUMENT_SENTENCES = 56  # ~1,570 tokens of SmolLM2's tokenizer (~28 a sentence)
 SUMMARY_SYSTEM = "Summarize the report in a few sentences, keeping its names and figures."
 _LEAD_S = 1.0  # the summaries run this long before the first autocomplete request
+TIMEOUT_S = 900  # a request with no byte for this long is given up (and counted that long)
 
 _PLACES = ["Riverton", "Harbour Point", "Millbrook", "Eastfield", "Stonebridge", "Ashford"]
 _SUBJECTS = [
@@ -136,14 +137,19 @@ class Timed:
     sent: float
     times: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None
+    # When the client gave up waiting (TIMEOUT_S without a byte): its times count as that
+    # long, a lower bound (a server that starves a request must not drop out of the figures).
+    gave_up: float | None = None
 
     @property
     def ttft_ms(self) -> float:
-        return (self.times[0] - self.sent) * 1000
+        first = self.times[0] if self.times else self.gave_up
+        return ((first or self.sent) - self.sent) * 1000
 
     @property
     def last_token_ms(self) -> float:
-        return (self.times[-1] - self.sent) * 1000
+        last = self.gave_up if self.gave_up is not None else self.times[-1]
+        return (last - self.sent) * 1000
 
 
 @dataclass
@@ -158,6 +164,7 @@ class Spell:
     summary_work: float = 0.0  # tokens processed inside the window (work_in_window)
     autocomplete_work: float = 0.0
     last_tokens_ms: list[float] = field(default_factory=list)  # the autocompletes' whole answer
+    timeouts: int = 0  # autocompletes the client gave up on (counted until it did)
 
 
 def tokens_in_window(requests: list[Timed], start: float, end: float) -> int:
@@ -201,11 +208,23 @@ def spell_figures(spells: list[Spell]) -> dict[str, Any]:
         "autocomplete_work_tps": per_second(sum(spell.autocomplete_work for spell in spells)),
         "summaries": sum(spell.summaries for spell in spells),
         "summary_prompt_tokens": sorted(prompts)[len(prompts) // 2] if prompts else None,
+        "timeouts": sum(spell.timeouts for spell in spells),
     }
 
 
 async def _timed(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Timed:
     timed = Timed(time.perf_counter())
+    try:
+        await _read(client, url, body, timed)
+    except httpx.TimeoutException:
+        timed.gave_up = time.perf_counter()
+        return timed
+    if not timed.times:
+        raise RuntimeError(f"{url}: the stream carried no tokens")
+    return timed
+
+
+async def _read(client: httpx.AsyncClient, url: str, body: dict[str, Any], timed: Timed) -> None:
     async with aconnect_sse(client, "POST", url, json=body) as events:
         events.response.raise_for_status()
         async for event in events.aiter_sse():
@@ -217,9 +236,6 @@ async def _timed(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> T
             choice = (chunk.get("choices") or [{}])[0]
             if choice.get("text") or (choice.get("delta") or {}).get("content"):
                 timed.times.append(time.perf_counter())
-    if not timed.times:
-        raise RuntimeError(f"{url}: the stream carried no tokens")
-    return timed
 
 
 def _autocomplete_body(server: MixedServer, serial: int, nonce: str) -> dict[str, Any]:
@@ -256,7 +272,7 @@ async def _spell(server: MixedServer, seconds: int, *, loops: int) -> Spell:
     completions, chats = f"{server.base}/completions", f"{server.base}/chat/completions"
     summaries: list[Timed] = []
     serials = iter(range(1_000_000))
-    async with httpx.AsyncClient(timeout=900) as client:
+    async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
         stop = asyncio.Event()
 
         async def summary_loop() -> None:
@@ -288,13 +304,14 @@ async def _spell(server: MixedServer, seconds: int, *, loops: int) -> Spell:
         work_in_window(done, start, end),
         work_in_window(answered, start, end),
         [a.last_token_ms for a in answered],
+        sum(1 for a in answered if a.gave_up is not None),
     )
 
 
 async def _warm(server: MixedServer) -> None:
     """One untimed request of each task: first-request costs stay out of the figures."""
     nonce = secrets.token_hex(4)
-    async with httpx.AsyncClient(timeout=900) as client:
+    async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
         await _timed(client, f"{server.base}/completions", _autocomplete_body(server, 0, nonce))
         await _timed(client, f"{server.base}/chat/completions", _summary_body(server, 0, nonce))
 

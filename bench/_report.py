@@ -163,7 +163,20 @@ def _mixed(report: dict[str, Any]) -> list[str]:
             f"  {name:<14} {_p50_p95(idle):>20} {_p50_p95(loaded):>20} "
             f"{figures['p95_ratio']:>16.1f}x {loaded['summary_tps']:>16.1f} {_work(loaded):>27}"
         )
-    return lines + _mixed_more(mixed)
+    return lines + _mixed_more(mixed) + _timeouts(mixed)
+
+
+def _timeouts(mixed: dict[str, Any]) -> list[str]:
+    """Autocompletes a server starved past the client's patience: counted until it gave up."""
+    lines = []
+    for name, figures in mixed["servers"].items():
+        for spell in ("idle", "loaded", "full"):
+            if count := (figures.get(spell) or {}).get("timeouts"):
+                lines.append(
+                    f"  {name}, {spell}: {count} autocomplete(s) got no byte for 900 s and were "
+                    "given up; their times count until then (the p95 is a lower bound)"
+                )
+    return lines
 
 
 def _mixed_more(mixed: dict[str, Any]) -> list[str]:

@@ -221,3 +221,33 @@ def test_a_completion_stream_is_timed_by_its_text_events() -> None:
     timed = asyncio.run(run())
     assert (len(timed.times), timed.prompt_tokens) == (2, 41)
     assert timed.sent <= timed.times[0] <= timed.times[1]
+
+
+def test_a_request_the_server_never_answers_counts_until_the_client_gives_up() -> None:
+    """A starved autocomplete is not dropped from the figures: its times run to when the
+    client gave up, and the report says the p95 is then a lower bound."""
+
+    def silent(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("no byte", request=request)
+
+    async def run() -> Timed:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(silent)) as client:
+            return await _timed_request(client, "http://peer/v1/completions", {})
+
+    timed = asyncio.run(run())
+    assert timed.gave_up is not None
+    assert timed.ttft_ms == timed.last_token_ms == (timed.gave_up - timed.sent) * 1000
+    server = _server((137.0, 191.0), (250.0, 300.0), 13.5)
+    server["full"] = {"ttft_p50_ms": 9e5, "ttft_p95_ms": 9e5, "timeouts": 2}
+    mixed = {
+        "seconds": 45,
+        "rounds": 1,
+        "summaries": 3,
+        "autocomplete_tokens": 16,
+        "summary_tokens": 128,
+        "servers": {"llama-server": server},
+    }
+    assert format_report({"mixed": mixed}).splitlines()[-1] == (
+        "  llama-server, full: 2 autocomplete(s) got no byte for 900 s and were given up; "
+        "their times count until then (the p95 is a lower bound)"
+    )
