@@ -250,9 +250,11 @@ def _rows(
     lower = [r for r in by_rank if r.priority < lead]
     guarded = lead < ceiling
     grants = _Grants(max(budget.full, len(running)))  # a row for each sequence always fits
-    for r in sorted(running, key=lambda r: r.arrival):  # the aging rule, before anything else
-        if step - r.last_served >= AGING_STEPS:
-            grants.give(r, 1 if r.decoding else min(r.remaining, MIN_CHUNK), grants.full)
+    aged = [r for r in running if step - r.last_served >= AGING_STEPS]
+    for r in aged:  # the aging rule, before anything else: a row each, then their chunks
+        grants.give(r, 1, grants.full)
+    for r in aged:
+        grants.give(r, 1 if r.decoding else min(r.remaining, MIN_CHUNK), grants.full)
     cap = budget.guarded if guarded else grants.full
     _fill(grants, leading, cap, drafts=True)
     if lower:

@@ -151,3 +151,10 @@ def test_a_budget_that_could_leave_a_step_empty_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match="a step budget needs"):
         StepBudget(full, guarded, beside)
+
+
+def test_every_aged_sequence_gets_a_row_before_any_gets_a_whole_chunk() -> None:
+    budget = StepBudget(full=4, guarded=4, beside=0)
+    running = tuple(Running(k, 0, arrival=k, remaining=100) for k in range(1, 5))
+    aged = StepState(running, (), 0, step=AGING_STEPS)
+    assert plan_step(aged, budget).rows == ((1, 1), (2, 1), (3, 1), (4, 1))
