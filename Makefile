@@ -6,7 +6,7 @@ STAMP := $(VENV)/.zest-installed
 CONVERT_STAMP := $(VENV)/.zest-convert-installed
 ROUTES ?= routes.yaml
 
-.PHONY: install serve test lint docs unit e2e onnx-model embedding-model gemma-model browser promtool haproxy llama-server vulkan-deps vulkan-site clean
+.PHONY: install serve test lint docs unit e2e onnx-model embedding-model gemma-model browser promtool haproxy redis llama-server vulkan-deps vulkan-site clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP)
@@ -84,6 +84,12 @@ haproxy:
 	@command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q haproxy; }
 
+# Debian's Redis for the clients' limits held fleet-wide (tests/e2e/test_clients_fleet.py: three
+# replicas counting in one redis-server, which the test starts on a loopback port of its own).
+redis:
+	@command -v redis-server >/dev/null || [ -x /usr/bin/redis-server ] || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q redis-server; }
+
 # What llama.cpp's Vulkan backend builds with (docs/gpu.md): Debian's glslc, spirv-headers and
 # Vulkan loader, Mesa's Vulkan drivers (lavapipe, the software device of the CI lane) and
 # vulkaninfo; then Vulkan 1.4 headers, which Debian 12 lacks (scripts/vulkan-headers.sh).
@@ -116,14 +122,15 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# Under make test, the promtool tests and the Vulkan lane require theirs (run alone, they skip).
-test: lint docs onnx-model embedding-model gemma-model browser promtool haproxy vulkan-site
-	ZEST_REQUIRE_PROMTOOL=1 ZEST_REQUIRE_VULKAN=1 $(BIN)/pytest
+# Under make test, the promtool tests, the Vulkan lane and the Redis fleet require theirs (run
+# alone, they skip).
+test: lint docs onnx-model embedding-model gemma-model browser promtool haproxy redis vulkan-site
+	ZEST_REQUIRE_PROMTOOL=1 ZEST_REQUIRE_VULKAN=1 ZEST_REQUIRE_REDIS=1 $(BIN)/pytest
 
 unit: install
 	$(BIN)/pytest tests/unit
 
-e2e: install onnx-model embedding-model gemma-model browser haproxy
+e2e: install onnx-model embedding-model gemma-model browser haproxy redis
 	$(BIN)/pytest tests/e2e tests/engines
 
 clean:

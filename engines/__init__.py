@@ -33,7 +33,8 @@ from zest.engines._base import (
 from zest.engines._compute import compute_bound, compute_executor, on_compute_thread
 from zest.engines._devices import Inventory, detect_inventory, parse_emulation
 from zest.engines._digests import DigestCache, ModelDigest, model_location, verify_model
-from zest.engines._gguf import GgufError, check_gguf_tensors
+from zest.engines._gguf import GgufError, check_gguf_tensors, read_gguf_metadata
+from zest.engines._kv_cells import KvCells
 from zest.engines._llama_embed import LlamaCppEmbedder
 from zest.engines._llama_log import route_llama_log
 from zest.engines._llama_native import (
@@ -51,6 +52,7 @@ from zest.engines._pool import (
     LoadedEngine,
     ModelPolicy,
     describe,
+    kept_for,
 )
 from zest.engines._remote import CONTENT_PARTS, RemoteEngine
 from zest.engines._sources import (
@@ -88,6 +90,7 @@ __all__ = [
     "EngineSpec",
     "GenerationJob",
     "Inventory",
+    "KvCells",
     "Lease",
     "LlamaCppTokenizer",
     "LoadedEngine",
@@ -112,12 +115,14 @@ __all__ = [
     "engine_kind",
     "hf_hub_cache_dir",
     "inspect_model",
+    "kept_for",
     "load_internals",
     "load_tokenizer",
     "model_location",
     "new_model",
     "on_compute_thread",
     "parse_emulation",
+    "read_gguf_metadata",
     "resolve_source",
     "route_llama_log",
     "use_zest_cache",

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 
 from zest.engines._admission import Admission, ChoiceGroup
+from zest.engines._kv_cells import KvCells
 from zest.errors import BadRequestError
 from zest.router import (
     ENGINE_MODELS,
@@ -355,6 +356,9 @@ class Delta:
     prompt_tokens: int | None = None
     # On the last delta, when the job asked for them: every generated token's log probability.
     logprobs: tuple[TokenLogprob, ...] = ()
+    # On the last delta of a generation a stop sequence ended: that sequence (Anthropic's
+    # stop_sequence names it; None for the end of generation or an upstream's stop).
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True)
@@ -435,6 +439,11 @@ class Engine(ABC):
         """The engine's own scheduler, where it holds its waiting requests itself (the
         llama.cpp batch: it admits and preempts by priority): its runner then only bounds
         how many are in the system. None: the runner holds them until a slot is free."""
+        return None
+
+    def kv_cells(self) -> KvCells | None:
+        """The KV cells its context holds, as last counted (None: the engine does not say:
+        a remote upstream, an engine whose generator owns its cache)."""
         return None
 
     async def embed(

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zest.engines._base import Delta, GenerationJob, StageStats
+from zest.engines._kv_cells import KvCells, count_cells
 from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
 from zest.engines._prefix_cache import PrefixCache
@@ -148,6 +149,8 @@ class BatchScheduler:
         self._decodes = 0  # llama_decode calls made
         self.last_plan = StepPlan()
         self._outbox = Outbox()  # a step's deltas reach the event loop in one wake-up
+        # The context's cells, counted between steps by this scheduler's thread.
+        self.kv = KvCells()
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
         self._thread.start()
 
@@ -188,8 +191,14 @@ class BatchScheduler:
     def _run(self) -> None:
         while self._gather():
             self._step()  # it hands over what is held while its llama_decode runs
+            self.kv = self._count_cells()
             if not self._running:
                 self._outbox.flush()  # no step left to overlap with, and _gather may block
+
+    def _count_cells(self) -> KvCells:
+        kept = self._cache.kept() if self._cache is not None else {}
+        running = [s.seq for s in self._running.values() if s.seq is not None]
+        return count_cells(self._ctx, running, self._free, kept)
 
     def _gather(self) -> bool:
         """Take the inbox into the waiting list; block while there is nothing to do. False

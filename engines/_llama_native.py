@@ -306,6 +306,15 @@ class NativeContext:
     def forget(self, seq: int) -> None:
         self._lib.llama_memory_seq_rm(self._ctx.memory, seq, -1, -1)
 
+    def cells(self, seq: int) -> int:
+        """The KV cells `seq` holds (its positions run from its first to its last: a
+        sequence is only ever cut from a position to its end)."""
+        memory = self._ctx.memory
+        last = int(self._lib.llama_memory_seq_pos_max(memory, seq))
+        if last < 0:
+            return 0
+        return last - int(self._lib.llama_memory_seq_pos_min(memory, seq)) + 1
+
     def close(self) -> None:
         self._batch.close()
         self._ctx.close()

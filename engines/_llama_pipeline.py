@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from zest.engines._base import Delta, GenerationJob, StageStats
+from zest.engines._kv_cells import KvCells, count_cells
 from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
 from zest.engines._speculation import PromptLookup, draft_entries, take_tokens
@@ -69,6 +70,8 @@ class HybridPipeline:
         self._room = WaitingRoom(slots=decode.settings.n_seq)
         self._outbox = Outbox()  # a decode step's deltas reach the event loop in one wake-up
         self._handoffs: queue.SimpleQueue[_Sequence | None] = queue.SimpleQueue()
+        # Each context's cells, counted by the thread that owns it once its work is done.
+        self._prefill_cells, self._decode_cells = KvCells(), KvCells()
         self._threads = [
             threading.Thread(target=self._prefill_loop, name=f"zest-{name}-prefill", daemon=True),
             threading.Thread(target=self._decode_loop, name=f"zest-{name}-decode", daemon=True),
@@ -78,6 +81,10 @@ class HybridPipeline:
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         return stream_task(self._room.submit, job)
+
+    @property
+    def kv(self) -> KvCells:
+        return self._prefill_cells + self._decode_cells
 
     def close(self) -> None:
         self._room.close()
@@ -99,15 +106,27 @@ class HybridPipeline:
                 self._room.done()
             else:
                 self._handoffs.put(seq)
+            self._prefill_cells = KvCells(stray=self._prefill.cells(0))  # exported, forgotten
         self._handoffs.put(None)
 
     def _prefill_one(self, task: Task) -> _Sequence | None:
+        """The job prefilled and its first token drawn (None: cancelled, and answered); its
+        sampler is closed unless the sequence goes on to decode."""
+        out, sampler = self._new_output(task.job), self._new_sampler(task.job)
+        try:
+            seq = self._prefilled(task, out, sampler)
+        except BaseException:
+            sampler.close()
+            raise
+        if seq is None:
+            sampler.close()
+        return seq
+
+    def _prefilled(self, task: Task, out: SequenceOutput, sampler: Any) -> _Sequence | None:
         job, ctx = task.job, self._prefill
-        out, sampler = self._new_output(job), self._new_sampler(job)
         started = time.perf_counter()
         ctx.forget(0)
         if not ctx.prefill(job.prompt_tokens, 0, job.cancelled):
-            sampler.close()
             task.finish(out.final(StageStats(*self._devices, prefill_ms=_ms(started))))
             return None
         token = ctx.sample_into(out, sampler, ctx.last_index)
@@ -138,11 +157,16 @@ class HybridPipeline:
             closed = self._admit_handoffs(active, free) or closed
             if active:
                 self._step(active, free)
+            self._decode_cells = count_cells(self._decode, list(active), free, {})
             self._outbox.flush()  # before the next handoff wait may block
 
     def _admit_handoffs(self, active: dict[int, _Sequence], free: list[int]) -> bool:
-        """Take waiting handoffs into free slots; block only when nothing is decoding."""
+        """Take waiting handoffs into free slots; block only when nothing is decoding, and
+        then only once what was sent went out (a sequence done at its first token, max_tokens
+        1, was retired by its admission: its deltas must not wait for the next handoff)."""
         while free:
+            if not active:
+                self._outbox.flush()
             try:
                 seq = self._handoffs.get(block=not active)
             except queue.Empty:

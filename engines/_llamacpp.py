@@ -35,6 +35,7 @@ from zest.engines._base import (
     control_pattern,
 )
 from zest.engines._gguf import GgufError, GgufFacts, read_gguf_facts
+from zest.engines._kv_cells import KvCells
 from zest.engines._llama_batch import BatchScheduler
 from zest.engines._llama_grammar import new_grammar_sampler, with_checked_grammar
 from zest.engines._llama_log import buffers_logged, route_llama_log
@@ -347,6 +348,9 @@ class LlamaCppEngine(Engine):
     def own_queue(self) -> QueueCounts | None:
         """The batch scheduler holds its waiting requests (the hybrid pipeline does not)."""
         return self._runner if isinstance(self._runner, BatchScheduler) else None
+
+    def kv_cells(self) -> KvCells | None:
+        return None if self._runner is None else self._runner.kv
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         tokenizer = self._loaded_tokenizer()

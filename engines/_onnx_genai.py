@@ -315,7 +315,12 @@ class OnnxGenaiEngine(Engine):
             room = len(job.prompt_tokens) + produced < options["max_length"]
             if generator.is_done() and produced < job.max_tokens and room:
                 finish = "stop"
-        yield Delta(stops.flush(), finish_reason=finish, completion_tokens=produced)
+        yield Delta(
+            stops.flush(),
+            finish_reason=finish,
+            completion_tokens=produced,
+            stop_sequence=stops.matched,
+        )
 
     def _generator(self, job: GenerationJob, options: dict[str, Any]) -> Any:
         params = self._og.GeneratorParams(self._model)

@@ -58,4 +58,5 @@ class SequenceOutput:
             completion_tokens=self.produced,
             stats=stats,
             logprobs=tuple(self.logprobs),
+            stop_sequence=self._stops.matched,
         )

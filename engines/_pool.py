@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -48,6 +49,7 @@ __all__ = [
     "LoadedEngine",
     "ModelPolicy",
     "describe",
+    "kept_for",
 ]
 
 log = logging.getLogger("zest.engines")
@@ -102,6 +104,9 @@ class LoadedEngine:
     leases: int = 0
     retired: bool = False  # its model changed or left the routes file: unload when idle
     digest: ModelDigest | None = None  # its files' SHA-256 (None: a remote model)
+    # The keep-alive the last request that asked for one gave this engine (Ollama's
+    # keep_alive: seconds idle before it is unloaded, math.inf: never); None: the model's.
+    requested_keep_alive: float | None = None
     # Admission around the engine: every generation goes through it (engines/_runner.py).
     runner: Runner = field(init=False)
 
@@ -255,10 +260,14 @@ class EnginePool:
         if entry.retired:
             return "its definition changed or left the routes file (reload)"
         policy = self.policy(entry.spec.model_id)
-        if policy is None or policy.pinned or policy.keep_alive is None:
+        if policy is None or policy.pinned:
             return None
-        if now - entry.last_used >= policy.keep_alive:
-            return f"idle for keep_alive ({policy.keep_alive:g}s)"
+        keep_alive = kept_for(entry, policy)
+        if keep_alive is None:
+            return None
+        if now - entry.last_used >= keep_alive:
+            asked = "" if entry.requested_keep_alive is None else " asked by a request"
+            return f"idle for keep_alive ({keep_alive:g}s{asked})"
         return None
 
     async def _load_once(self, spec: EngineSpec) -> LoadedEngine:
@@ -415,11 +424,21 @@ def _megabytes(size: int | None) -> str:
     return "n/a" if size is None else f"{size / 1e6:.0f}MB"
 
 
+def kept_for(entry: LoadedEngine, policy: ModelPolicy | None) -> float | None:
+    """How long `entry` stays loaded once idle: a request's keep-alive, else its model's
+    (None: until something else unloads it)."""
+    if policy is not None and policy.pinned:
+        return None
+    if entry.requested_keep_alive is not None:
+        return None if math.isinf(entry.requested_keep_alive) else entry.requested_keep_alive
+    return policy.keep_alive if policy else None
+
+
 def describe(entry: LoadedEngine, now: float, policy: ModelPolicy | None) -> dict[str, Any]:
     """A loaded engine as GET /v1/loaded and system-info list it."""
     info = entry.info
     idle = 0.0 if entry.busy else now - entry.last_used
-    keep_alive = policy.keep_alive if policy else None
+    keep_alive = kept_for(entry, policy)
     return {
         "model": info.model,
         "engine": info.engine,
@@ -443,4 +462,7 @@ def describe(entry: LoadedEngine, now: float, policy: ModelPolicy | None) -> dic
         "keep_alive_s": keep_alive,
         "unloads_in_s": None if keep_alive is None else round(max(keep_alive - idle, 0.0), 3),
         "retired": entry.retired,
+        # Its context's KV cells, as its scheduler last counted them (null: not counted):
+        # running sequences', prompts kept for reuse, and stray ones (a leak; always 0).
+        "kv_cells": None if (cells := entry.engine.kv_cells()) is None else cells.as_dict(),
     }

@@ -101,9 +101,15 @@ class PrefixCache:
         if not keep or seq not in self._held:
             self._drop(seq)
             return
+        # Its answer's cells go: only the prompt is ever reused, and a kept cell is counted.
+        self._ctx.forget_from(seq, len(self._held[seq]))
         self._idle.append(seq)
         while len(self._idle) > self._kept:
             self._drop(self._idle[0])
+
+    def kept(self) -> dict[int, int]:
+        """The cells each idle slot keeps: its kept prompt's tokens."""
+        return {seq: len(self._held[seq]) for seq in self._idle}
 
     def _drop(self, seq: int) -> None:
         self._ctx.forget(seq)

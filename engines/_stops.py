@@ -16,25 +16,30 @@ class StopMatcher:
         self._stops = tuple(s for s in stops if s)
         self._pending = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop sequence that ended the text
 
     def feed(self, piece: str) -> str:
         """Return the text to emit now; sets `stopped` once a stop sequence has been seen."""
         if self.stopped:
             return ""
         text = self._pending + piece
-        if (cut := self._first_completed(text)) is not None:
+        if (found := self._first_completed(text)) is not None:
+            cut, self.matched = found
             self.stopped, self._pending = True, ""
             return text[:cut]
         keep = self._held_back_length(text)
         self._pending = text[len(text) - keep :] if keep else ""
         return text[: len(text) - keep]
 
-    def _first_completed(self, text: str) -> int | None:
-        """Where the stop that completes first in `text` starts (as if generated character by
-        character, so that the answer never depends on how the text was chunked); at equal
-        ends, the longer stop."""
-        found = [(i + len(s), i) for s in self._stops if (i := text.find(s)) >= 0]
-        return min(found)[1] if found else None
+    def _first_completed(self, text: str) -> tuple[int, str] | None:
+        """Where the stop that completes first in `text` starts, and that stop (as if
+        generated character by character, so that the answer never depends on how the text
+        was chunked); at equal ends, the longer stop."""
+        found = [(i + len(s), i, s) for s in self._stops if (i := text.find(s)) >= 0]
+        if not found:
+            return None
+        _, start, stop = min(found)
+        return start, stop
 
     def flush(self) -> str:
         """At the end of generation: release what was held back (no stop followed)."""

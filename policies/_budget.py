@@ -6,9 +6,8 @@ from dataclasses import dataclass
 
 from zest.errors import BadRequestError, ContextLengthExceededError
 from zest.policies._trim import PromptLimit
-from zest.router import RouteConfig
 
-__all__ = ["Budget", "describe_budget", "plan_budget", "prompt_limit"]
+__all__ = ["Budget", "plan_budget", "prompt_limit"]
 
 
 @dataclass(frozen=True)
@@ -38,14 +37,14 @@ def plan_budget(
         wanted = min(requested or route_cap, route_cap)
         clamped = requested is not None and requested > route_cap
         return Budget(prompt_tokens, wanted, clamped_from=requested if clamped else None)
-    if requested is not None and requested > context_length:
+    room = context_length - prompt_tokens
+    if requested is not None and requested > context_length and room >= 1:
         raise BadRequestError(
             f"max_tokens is {requested} but model {model!r} has a context of {context_length} "
-            f"tokens: ask for at most {context_length - prompt_tokens}",
+            f"tokens: ask for at most {room}",
             param="max_tokens",
         )
-    room = context_length - prompt_tokens
-    if room < 1:
+    if room < 1:  # the prompt alone fills the context: no max_tokens would help
         raise ContextLengthExceededError(
             f"this model's maximum context length is {context_length} tokens, but the prompt is "
             f"{prompt_tokens} tokens ({model!r}): shorten the messages or the prompt"
@@ -84,47 +83,3 @@ def prompt_limit(
             )
         )
     return min(limits, key=lambda limit: limit.tokens, default=None)
-
-
-def describe_budget(
-    *,
-    task: str,
-    route: RouteConfig,
-    prompt_tokens: int,
-    context_length: int | None,
-    last: bool,
-) -> str:
-    """What a prompt of `prompt_tokens` tokens meets on one attempt (explain): it fits, it is
-    trimmed (by how much), it is rejected, or it moves on to the next attempt. The same rules
-    as a request's (prompt_limit, plan_budget), without running anything."""
-    overflow = route.context.on_overflow
-    limit = prompt_limit(
-        task=task,
-        max_prompt_tokens=route.context.max_prompt_tokens,
-        context_length=context_length,
-        reserve=route.max_tokens,
-        trimming=overflow == "trim",
-    )
-    if context_length is not None and (limit is None or limit.tokens >= context_length):
-        limit = PromptLimit(context_length - 1, f"a context of {context_length} tokens")
-    if limit is None or prompt_tokens <= limit.tokens:
-        return _fits(route, prompt_tokens, context_length)
-    over = f"over the limit of {limit.tokens} ({limit.why})"
-    if overflow == "trim":
-        return (
-            f"trimmed ({route.trim_mode}): {prompt_tokens} tokens, {over}: about "
-            f"{prompt_tokens - limit.tokens} cut"
-        )
-    if overflow == "fallback" and not last:
-        return f"moves on to the next attempt: {prompt_tokens} tokens, {over}"
-    return f"rejected (400 context_length_exceeded): {prompt_tokens} tokens, {over}"
-
-
-def _fits(route: RouteConfig, prompt_tokens: int, context_length: int | None) -> str:
-    answer = f"up to {route.max_tokens} tokens of answer"
-    if context_length is None:
-        return f"fits ({answer}; the upstream's undeclared context has the last word)"
-    room = context_length - prompt_tokens
-    if room >= route.max_tokens:
-        return f"fits ({answer})"
-    return f"fits, but the context of {context_length} leaves only {room} tokens of answer"

@@ -29,7 +29,7 @@ from zest.errors import (
 )
 from zest.router import RouteConfig
 
-__all__ = ["FailureKind", "classify_failure", "may_advance"]
+__all__ = ["FailureKind", "classify_failure", "failure_line", "may_advance"]
 
 FailureKind = Literal[
     "load error",
@@ -63,3 +63,8 @@ def may_advance(kind: FailureKind | None, route: RouteConfig) -> bool:
     if kind is None or route.on_failure != "next":
         return False
     return kind != "context overflow" or route.context.on_overflow == "fallback"
+
+
+def failure_line(model: str, device: str, kind: FailureKind | None, message: str) -> str:
+    """How a failed attempt is listed (x-zest-fallbacks, `zest.fallbacks`, explain)."""
+    return f"{model} on {device}: {kind or 'error'}: {message}"

@@ -4,6 +4,15 @@ Pure apart from reading the file: no engines, no network.
 """
 
 from zest.router._capabilities import Capabilities, Needs
+from zest.router._clients import (
+    ALL_TASKS,
+    RESERVED_CLIENT_NAMES,
+    ClientConfig,
+    ClientKeys,
+    ClientLimits,
+    key_digest,
+    resolve_client_keys,
+)
 from zest.router._decide import (
     Decision,
     ModelResult,
@@ -12,6 +21,7 @@ from zest.router._decide import (
     ascii_fold,
     decide,
 )
+from zest.router._floor import route_for_client
 from zest.router._load import LoadedRoutes, check_routes, load_routes, parse_routes
 from zest.router._placement import (
     REMOTE_DEVICE,
@@ -34,16 +44,24 @@ from zest.router._rules import (
     Rule,
     SimilarTo,
 )
-from zest.router._rules_check import phrases_of, rule_warnings, tightened, walk_conditions
+from zest.router._rules_check import (
+    condition_routes,
+    phrases_of,
+    rule_warnings,
+    tightened,
+    walk_conditions,
+)
 from zest.router._rules_text import condition_text, rules_summary
 from zest.router._schema import (
     ENGINE_MODELS,
+    JsonSchemaFormat,
     LlamaCppModel,
     LlamaCppOptions,
     ModelConfig,
     OnnxGenaiModel,
     OnnxGenaiOptions,
     RemoteModel,
+    ResponseCache,
     ResponseFormat,
     RouteConfig,
     RoutesFile,
@@ -58,20 +76,27 @@ from zest.router._schema_limits import (
     SCHEMA_LIMITS,
     BoundedJsonSchema,
     check_json_schema,
+    check_json_schemas,
 )
 
 __all__ = [
+    "ALL_TASKS",
     "ENGINE_MODELS",
     "REMOTE_DEVICE",
+    "RESERVED_CLIENT_NAMES",
     "SCHEMA_LIMITS",
     "STRICT_REASON",
     "Attempt",
     "BoundedJsonSchema",
     "Capabilities",
     "Classify",
+    "ClientConfig",
+    "ClientKeys",
+    "ClientLimits",
     "Condition",
     "Decision",
     "Device",
+    "JsonSchemaFormat",
     "LlamaCppModel",
     "LlamaCppOptions",
     "LoadedRoutes",
@@ -85,6 +110,7 @@ __all__ = [
     "Placement",
     "Plan",
     "RemoteModel",
+    "ResponseCache",
     "ResponseFormat",
     "RouteConfig",
     "RouteInput",
@@ -96,11 +122,14 @@ __all__ = [
     "Speculation",
     "ascii_fold",
     "check_json_schema",
+    "check_json_schemas",
     "check_routes",
+    "condition_routes",
     "condition_text",
     "decide",
     "find_route",
     "format_duration",
+    "key_digest",
     "kind_of",
     "load_routes",
     "parse_device",
@@ -109,6 +138,8 @@ __all__ = [
     "peak_priority",
     "phrases_of",
     "plan_route",
+    "resolve_client_keys",
+    "route_for_client",
     "rule_warnings",
     "rules_summary",
     "tightened",

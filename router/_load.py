@@ -15,6 +15,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from zest.errors import ConfigError
+from zest.router._clients import client_problems
 from zest.router._placement import parse_device
 from zest.router._rules_check import file_phrase_problems, rule_problems, walk_conditions
 from zest.router._salvage import Salvaged, name_problems, salvage_route, unknown_model
@@ -37,6 +38,14 @@ _REFUSED_KEYS = {
     "api_key": "a key must not be written in routes.yaml: put it in an environment variable "
     "and name that variable with api_key_env",
 }
+
+# A client's key written in the file, under any of these names.
+_KEY_NAMES = ("key", "api_key", "secret", "token")
+_CLIENT_KEY_REFUSED = (
+    "a client's key must not be written in routes.yaml: give its SHA-256 as key_sha256 "
+    '(printf %s "$KEY" | sha256sum) or the name of an environment variable holding it as '
+    "key_env"
+)
 
 
 @dataclass(frozen=True)
@@ -164,19 +173,22 @@ def _validated_parts(data: dict[str, Any], errors: list[ErrorDetails]) -> _Parts
     """The file without what its schema errors are in: each model or route with an error is
     left out (named in broken_*), another top-level key with one falls back to its default.
     None when a table itself is wrong (not a mapping, a bad name, empty in the file)."""
-    broken: dict[str, set[str]] = {"models": set(), "routes": set()}
+    broken: dict[str, set[str]] = {"models": set(), "routes": set(), "clients": set()}
     dropped: set[str] = set()
     for err in errors:
         key = str(err["loc"][0]) if err["loc"] else ""
         if key in broken and len(err["loc"]) >= 2:
             broken[key].add(str(err["loc"][1]))
+        elif key == "clients":  # no mapping: the table is left out, the rest is checked
+            dropped.add(key)
         elif key in broken or not key:
             return None
         else:
             dropped.add(key)
     kept = {key: value for key, value in data.items() if key not in dropped}
     for table, names in broken.items():
-        kept[table] = {n: v for n, v in data[table].items() if str(n) not in names}
+        if names and table not in dropped:  # a client's errors leave the others checked
+            kept[table] = {n: v for n, v in data[table].items() if str(n) not in names}
     kept["version"] = 1
     try:  # a table may be left empty: the other's entries are still checked
         config = RoutesFile.model_validate(kept, context={PARTS: True})
@@ -243,6 +255,8 @@ def _cross_reference_problems(
         if not found:
             sound[task] = route
     problems += file_phrase_problems(config) + _preload_problems(config, parts.broken_models)
+    callable_names = [*routes, *(model for model in models if config.exposes(model))]
+    problems += client_problems(config.clients, callable_names)
     if problems or len(sound) < len(config.routes):
         config = config.model_copy(update={"routes": sound})
     return config, problems
@@ -406,6 +420,8 @@ def _display_loc(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
 
 def _describe(err: ErrorDetails, loc: tuple[int | str, ...], raw: tuple[int | str, ...]) -> str:
     kind, ctx = err["type"], err.get("ctx", {})
+    if kind == "extra_forbidden" and loc[0] == "clients" and str(loc[-1]) in _KEY_NAMES:
+        return f"{str(loc[-1])!r} is refused: {_CLIENT_KEY_REFUSED}"
     if kind == "extra_forbidden" and str(loc[-1]) in _REFUSED_KEYS:
         return f"{str(loc[-1])!r} is refused: {_REFUSED_KEYS[str(loc[-1])]}"
     if kind == "extra_forbidden":

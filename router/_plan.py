@@ -307,6 +307,11 @@ def _place_remote(p: _Planner) -> bool | None:
 def _local_only_reason(p: _Planner) -> str:
     """Why the route may not reach a remote model: its own privacy, or the local_only one of
     the route whose rule (or condition) sent the request here, which it keeps."""
+    if (client := p.route.privacy_floor_of) is not None:
+        return (
+            f"client {client!r} is local_only (clients.{client}.privacy): none of its requests "
+            f"leaves the machine, whatever route {p.task!r} allows"
+        )
     caller = p.route.privacy_kept_from
     if caller is None:
         return f"route {p.task!r} is local_only"

@@ -38,6 +38,8 @@ __all__ = [
     "Rule",
     "SimilarTo",
     "compile_regex",
+    "label_answer",
+    "label_tokens",
     "leaf_text",
     "literal",
     "regex_text",
@@ -46,6 +48,9 @@ __all__ = [
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 # What a model-backed condition reads of the routing text by default (characters, its start).
 MAX_INPUT_CHARS = 2048
+# A classify label names a class: its answer is constrained to the labels (one grammar), and
+# a label's every byte may cost the classifier a token.
+MAX_LABEL_CHARS = 64
 
 
 class _Strict(BaseModel):
@@ -190,12 +195,35 @@ class Classify(_ModelBacked):
             raise ValueError("labels repeat a label: list each once")
         if any(not label.strip() for label in self.labels):
             raise ValueError("a label is empty: name each label")
+        for number, label in enumerate(self.labels):
+            if len(label) > MAX_LABEL_CHARS:
+                raise ValueError(
+                    f"labels.{number} is {len(label)} characters, over zest's limit of "
+                    f"{MAX_LABEL_CHARS}: a label names a class; shorten it (the prompt can "
+                    "say what each class means)"
+                )
         for name, value in (("label", self.label), ("default_label", self.default_label)):
             if value is not None and value not in self.labels:
                 raise ValueError(f"{name} {value!r} is not among labels {list(self.labels)}")
         if self.on_error == "default_label" and self.default_label is None:
             raise ValueError("on_error default_label needs default_label: name the label")
         return self
+
+    def answer_tokens(self) -> int:
+        """The most tokens the classifier may write for a label: the answer is the label as
+        a JSON string, and every token the grammar lets through writes at least one of its
+        UTF-8 bytes (what its max_tokens is sized to, and what the route's must allow)."""
+        return max(label_tokens(label) for label in self.labels)
+
+
+def label_answer(label: str) -> str:
+    """A label as the classifier writes it: a JSON string."""
+    return json.dumps(label, ensure_ascii=False)
+
+
+def label_tokens(label: str) -> int:
+    """The most tokens the classifier's answer `label` may take (its bytes)."""
+    return len(label_answer(label).encode("utf-8"))
 
 
 class Condition(_Strict):

@@ -8,10 +8,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection, Iterator, Sequence
 
-from zest.router._rules import Classify, Condition, Rule, SimilarTo
+from zest.router._rules import Classify, Condition, Rule, SimilarTo, label_answer, label_tokens
 from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 
 __all__ = [
+    "condition_routes",
     "file_phrase_problems",
     "phrases_of",
     "rule_name_problems",
@@ -42,6 +43,20 @@ def walk_conditions(condition: Condition, at: str) -> Iterator[tuple[Condition, 
             yield from walk_conditions(child, f"{at}.{kind}.{number}")
     if condition.not_ is not None:
         yield from walk_conditions(condition.not_, f"{at}.not")
+
+
+def condition_routes(config: RoutesFile) -> dict[str, list[tuple[str, str]]]:
+    """The routes that model-backed conditions run (a similar_to's or a classify's `via`),
+    each with the rules that name it, as (task, rule id), in the file's order."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for task, route in config.routes.items():
+        for rule in route.rules:
+            for condition, _ in walk_conditions(rule.when, ""):
+                for backed in (condition.similar_to, condition.classify):
+                    users = found.setdefault(backed.via, []) if backed is not None else None
+                    if users is not None and (task, rule.id) not in users:
+                        users.append((task, rule.id))
+    return found
 
 
 def phrases_of(config: RoutesFile, route: RouteConfig) -> dict[str, tuple[str, ...]]:
@@ -190,7 +205,28 @@ def _similar_problems(
 
 
 def _classify_problems(config: RoutesFile, classify: Classify, at: str) -> list[str]:
-    return _via_problems(config, classify.via, at, ("chat", "completion"))
+    problems = _via_problems(config, classify.via, at, ("chat", "completion"))
+    if problems:
+        return problems
+    via = config.routes[classify.via]
+    for number, label in enumerate(classify.labels):
+        where, need = f"{at}.labels.{number}", label_tokens(label)
+        if need > via.max_tokens:
+            problems.append(
+                f"{where}: label {label!r} may take the classifier up to {need} tokens (its "
+                f"answer is the label as JSON, {label_answer(label)}, a token a byte at worst), "
+                f"over the max_tokens of route {classify.via!r} ({via.max_tokens}): a label "
+                f"cut short is an error (on_error decides); raise "
+                f"routes.{classify.via}.max_tokens to {need}, or shorten the label"
+            )
+        for stop in via.sampling.stop:
+            if stop in label_answer(label):
+                problems.append(
+                    f"{where}: label {label!r} holds {stop!r}, a stop sequence of route "
+                    f"{classify.via!r}: its answer would end inside the label; rename the "
+                    f"label, or remove the stop from routes.{classify.via}.sampling.stop"
+                )
+    return problems
 
 
 def _via_problems(config: RoutesFile, via: str, at: str, kinds: tuple[str, ...]) -> list[str]:

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from zest.errors import shown
+from zest.router._clients import ClientConfig
 from zest.router._rules import Rule
 from zest.router._schema_limits import BoundedJsonSchema
 
@@ -42,6 +43,7 @@ __all__ = [
     "OnnxGenaiOptions",
     "RemoteModel",
     "RemoteTimeouts",
+    "ResponseCache",
     "ResponseFormat",
     "RouteConfig",
     "RouteTimeouts",
@@ -435,6 +437,14 @@ class Speculation(_Strict):
     ngram: int = Field(default=3, ge=2, le=8)  # the longest n-gram looked up
 
 
+class ResponseCache(_Strict):
+    """A route's response cache: answers to determined requests (temperature 0, or a fixed
+    seed) kept `ttl_s` seconds, at most `max_entries` of them (the least recently used go)."""
+
+    ttl_s: float = Field(gt=0, le=30 * 86400)
+    max_entries: int = Field(default=1024, ge=1, le=1_000_000)
+
+
 _SLO_WINDOW_S = 300.0  # an slo's default window: 5m
 _SLO_WINDOW_RANGE = (1.0, 86400.0)
 
@@ -515,13 +525,23 @@ class RouteConfig(_Strict):
     rules: tuple[Rule, ...] = ()
     # similar_to's labels: reference phrases per label (over the file's, for this route).
     phrases: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    # Answers to determined requests kept and served again without the engine (docs/teams.md);
+    # None: no cache.
+    cache: ResponseCache | None = None
     # Never in the file: on a copy whose privacy a local_only caller tightened (router's
     # `tightened`), that caller's name ("" when not known), so a plan says why it is local_only.
     _privacy_kept_from: str | None = PrivateAttr(default=None)
+    # ...and on a copy a local_only client holds to its floor (router's `route_for_client`),
+    # that client's name.
+    _privacy_floor_of: str | None = PrivateAttr(default=None)
 
     @property
     def privacy_kept_from(self) -> str | None:
         return self._privacy_kept_from
+
+    @property
+    def privacy_floor_of(self) -> str | None:
+        return self._privacy_floor_of
 
     @field_validator("device")
     @classmethod
@@ -588,8 +608,10 @@ class RoutesFile(_Strict):
     phrases: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     models: dict[str, ModelConfig]
     routes: dict[str, RouteConfig]
+    # Named callers: their keys (digests or variables), tasks, limits, privacy floor.
+    clients: dict[str, ClientConfig] = Field(default_factory=dict)
 
-    @field_validator("models", "routes")
+    @field_validator("models", "routes", "clients")
     @classmethod
     def _check_names(cls, table: dict[str, object], info: ValidationInfo) -> dict[str, object]:
         for name in table:

@@ -13,7 +13,7 @@ of answering 200 with output that breaks it. Pure: no engine, no grammar.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -21,7 +21,13 @@ from pydantic import AfterValidator
 
 from zest.errors import shown
 
-__all__ = ["SCHEMA_LIMITS", "BoundedJsonSchema", "SchemaLimits", "check_json_schema"]
+__all__ = [
+    "SCHEMA_LIMITS",
+    "BoundedJsonSchema",
+    "SchemaLimits",
+    "check_json_schema",
+    "check_json_schemas",
+]
 
 _LIMITS = "(zest's limits: docs/structured-outputs.md)"
 # Keywords whose values are subschemas, each a mapping or a list of them.
@@ -53,6 +59,21 @@ def check_json_schema(schema: Any, limits: SchemaLimits = SCHEMA_LIMITS) -> None
     if not isinstance(schema, Mapping):
         raise ValueError(f"a JSON Schema is an object, got {shown(schema)}")
     _Walk(limits).node(schema, ())
+
+
+def check_json_schemas(
+    schemas: Sequence[tuple[str, Any]], limits: SchemaLimits = SCHEMA_LIMITS
+) -> None:
+    """Several schemas one request constrains one answer to (a request's tools' parameters,
+    its own answer format), each named by where it was sent: each nests as its sender wrote
+    it (the levels zest wraps around them are zest's, not the sender's), and the counts that
+    grammars grow with (subschemas, enum values) are counted over them all, as the one
+    grammar made of them grows."""
+    walk = _Walk(limits)
+    for where, schema in schemas:
+        if not isinstance(schema, Mapping):
+            raise ValueError(f"{where}: a JSON Schema is an object, got {shown(schema)}")
+        walk.node(schema, (where,))
 
 
 def _bounded(schema: dict[str, Any]) -> dict[str, Any]:

@@ -11,8 +11,12 @@
         │   └── ContextLengthExceededError   400 code=context_length_exceeded
         ├── AuthenticationError     401 code=invalid_api_key (WWW-Authenticate: Bearer)
         ├── PermissionDeniedError   403 permission_error: an admin route without the admin key,
-        │                           a Host or a web page's Origin the server does not take
+        │   │                       a Host or a web page's Origin the server does not take
+        │   └── TaskNotAllowedError code=task_not_allowed: a named client calls a task its
+        │                           routes.yaml entry does not list
         ├── UnknownTaskError        404 code=model_not_found
+        ├── RequestTooLargeError    413 a body over ZEST_MAX_BODY_BYTES, refused before it is
+        │                           read whole (where Litestar does not read it: /mcp)
         ├── UnsupportedMediaTypeError 415 code=unsupported_media_type: a body not sent as JSON
         ├── ModelBusyError          409 code=model_busy: unloading a model that serves requests
         ├── ClientDisconnectedError 499 the client went away (nobody reads it; names the outcome)
@@ -20,6 +24,8 @@
         ├── GatewayTimeoutError     504 code=first_token_timeout | total_timeout
         ├── OverloadedError         429 code=overloaded: a model's queue is full (Retry-After),
         │                           or the upstream kept answering 429
+        ├── RateLimitedError        429 code=rate_limit_exceeded: a named client is over one of
+        │                           its limits (Retry-After, x-ratelimit-*); holds nothing
         ├── EngineError             500 an engine failed while generating (foreign errors chained)
         └── ServiceUnavailableError 503 (model not loaded, engine not installed; code
             │                       model_load_failed: its files would not load;
@@ -28,6 +34,8 @@
             ├── ModelFileMissingError   code=model_not_available: the model's file is not here
             ├── ModelDigestMismatchError code=model_digest_mismatch: the file is not the pinned one
             ├── PrivacyError        code=privacy_forbidden: a remote engine refused the request
+            ├── LimitsUnavailableError code=limits_unavailable: the limits' store cannot be
+            │                       reached and ZEST_LIMITS_ON_STORE_ERROR=deny (Retry-After)
             └── ShuttingDownError   code=shutting_down: the server drains (Retry-After)
 
 Each RequestError class declares its HTTP status, OpenAI `type`, its metrics `outcome` label,
@@ -58,6 +66,7 @@ __all__ = [
     "EngineError",
     "EvalFileError",
     "GatewayTimeoutError",
+    "LimitsUnavailableError",
     "ModelBusyError",
     "ModelDigestMismatchError",
     "ModelFileMissingError",
@@ -65,9 +74,12 @@ __all__ = [
     "PermissionDeniedError",
     "PrivacyError",
     "PullError",
+    "RateLimitedError",
     "RequestError",
+    "RequestTooLargeError",
     "ServiceUnavailableError",
     "ShuttingDownError",
+    "TaskNotAllowedError",
     "UnknownTaskError",
     "UnsupportedMediaTypeError",
     "UpstreamRejectedError",
@@ -207,12 +219,30 @@ class PermissionDeniedError(RequestError):
         super().__init__(message, code=code)
 
 
+class TaskNotAllowedError(PermissionDeniedError):
+    """A named client calls a task its entry in routes.yaml does not list (clients.NAME.tasks)."""
+
+    outcome = "task_not_allowed"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="task_not_allowed")
+        self.param = "model"
+
+
 class UnknownTaskError(RequestError):
     status_code = 404
     outcome = "unknown_task"
 
     def __init__(self, message: str) -> None:
         super().__init__(message, param="model", code="model_not_found")
+
+
+class RequestTooLargeError(RequestError):
+    """A body larger than the server takes, refused as its length is known (where zest reads
+    the body itself: /mcp; Litestar's own 413 for the bodies it reads counts as http_413)."""
+
+    status_code = 413
+    outcome = "request_too_large"
 
 
 class UnsupportedMediaTypeError(RequestError):
@@ -315,6 +345,32 @@ class OverloadedError(RequestError):
         self.retry_after = retry_after
         if retry_after is not None:
             self.headers["retry-after"] = str(retry_after)
+
+
+class RateLimitedError(RequestError):
+    """A named client is over one of its limits (docs/teams.md): nothing was reserved for the
+    request. `limit` is OpenAI's error type: requests or tokens."""
+
+    status_code = 429
+    outcome = "rate_limited"
+    retryable = True  # later: Retry-After says when
+
+    def __init__(self, message: str, *, limit: str, headers: dict[str, str]) -> None:
+        super().__init__(message, code="rate_limit_exceeded")
+        self.error_type = limit  # OpenAI's 429s say which limit: "requests" or "tokens"
+        self.headers.update(headers)
+
+
+class LimitsUnavailableError(ServiceUnavailableError):
+    """The store of the clients' limits cannot be reached, and the operator chose to refuse
+    limited clients meanwhile (ZEST_LIMITS_ON_STORE_ERROR=deny)."""
+
+    outcome = "limits_unavailable"
+    advances = False  # no attempt of the plan would answer otherwise
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message, code="limits_unavailable")
+        self.headers["retry-after"] = str(retry_after)
 
 
 class PrivacyError(ServiceUnavailableError):

@@ -14,10 +14,10 @@ from zest.engines import model_location, verify_model
 from zest.errors import ModelDigestMismatchError, ModelFileMissingError, ZestError
 from zest.gateway.cli._client import ClientSettings, server_root
 from zest.gateway.cli._init import ROUTES_HELP, routes_file
-from zest.gateway.cli._progress import human_size
-from zest.gateway.cli._pull import disk_size, pull
+from zest.gateway.cli._progress import TerminalBars, human_size
 from zest.gateway.cli._settings import settings_from
 from zest.gateway.cli._tables import print_table
+from zest.gateway.serving import disk_size, pull
 from zest.router import LoadedRoutes, ModelConfig, RemoteModel, load_routes
 
 __all__ = ["ModelRow", "add_models_command", "model_rows"]
@@ -70,7 +70,9 @@ def add_models_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 def _pull(args: argparse.Namespace) -> int:
     settings_from()  # the cache folder it pulls into (Settings.cache, ZEST_CACHE)
-    pulled = pull(args.what, name=args.name, revision=args.revision, force=args.force)
+    pulled = pull(
+        args.what, name=args.name, revision=args.revision, force=args.force, bars=TerminalBars()
+    )
     if not pulled.copied:
         print(f"already there: {pulled.path} (--force replaces it)")
     print(f"{pulled.path} ({human_size(pulled.size)})")

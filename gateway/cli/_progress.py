@@ -7,6 +7,7 @@ Every transfer of `zest models pull` shows this one bar, huggingface_hub's downl
 
 from __future__ import annotations
 
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -22,7 +23,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-__all__ = ["HubBar", "Transfer", "human_size"]
+__all__ = ["HubBar", "TerminalBars", "Transfer", "human_size"]
 
 
 def human_size(size: float) -> str:
@@ -79,3 +80,13 @@ class HubBar(Transfer):
     ) -> None:
         super().__init__(label, total)
         self.update(initial)
+
+
+class TerminalBars:
+    """The pull's progress on stderr, as `zest models pull` draws it (serving.Bars)."""
+
+    def transfer(self, label: str, total: int | None) -> Transfer:
+        return Transfer(label, total)
+
+    def hub(self, label: str) -> Any:
+        return partial(HubBar, label)

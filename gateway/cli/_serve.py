@@ -72,10 +72,13 @@ def _serve(args: argparse.Namespace) -> int:
     policy = AccessPolicy.from_settings(settings)  # a bad ZEST_API_KEYS_FILE fails here, early
     log.info(policy.describe())
     log.info(HostRule.from_settings(settings).describe())  # a bad ZEST_ALLOWED_HOSTS fails here
-    if warning := exposure_warning(settings.host, settings.port, policy):
-        log.warning(warning)
     # Every problem of the file and its model files at once, as zest check lists them.
     routes, checked = checked_or_raise(routes_file(settings.routes), settings)
+    clients = routes.config.clients
+    if warning := exposure_warning(settings.host, settings.port, policy, clients=bool(clients)):
+        log.warning(warning)
+    if clients:
+        log.info("named clients: %s (routes.yaml clients)", ", ".join(clients))
     for warning in checked.warnings:  # refused: never starts
         log.warning("%s", warning)
     runtime = Runtime(  # create_app applies the rest of the settings (privacy, cache)

@@ -8,12 +8,14 @@ from zest.gateway.http._auth import (
     exposure_warning,
 )
 from zest.gateway.http._origin import HostRule
+from zest.gateway.http._tracing import Tracing
 
 __all__ = [
     "PUBLIC_PATHS",
     "AccessLog",
     "AccessPolicy",
     "HostRule",
+    "Tracing",
     "create_app",
     "exposure_warning",
 ]

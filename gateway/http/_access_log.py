@@ -4,8 +4,10 @@ and never with a credential in it.
 uvicorn writes its access line when an answer's headers go out, and not at all once the client
 is gone: a request abandoned before its first token (queued, prefilling, loading its model) left
 no line. `AccessLog` wraps the app instead and writes each request's line when it ends: the
-status sent (499 when the client left before any answer), the request id, how long it took, and
-whether the client left early. Values of key-like query parameters (`?api_key=`, `token=`, ...)
+status sent (499 when the client left before any answer), the request id, the API dialect its
+endpoint speaks (openai, anthropic, ...: `-` when no endpoint matched), the caller (a named
+client's name, never its key; anonymous, admin; `-` where no key was asked), how long it took,
+and whether the client left early. Values of key-like query parameters (`?api_key=`, `token=`, ...)
 are replaced before the line is written.
 """
 
@@ -17,6 +19,9 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
+
+from zest.gateway.http._callers import caller_name
+from zest.gateway.http._dialect import dialect_of
 
 __all__ = ["AccessLog", "RedactCredentials", "redact_query"]
 
@@ -97,6 +102,8 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         started, exchange = time.perf_counter(), _Exchange()
+        target = _target(scope)  # as sent: a mounted app's router rewrites the scope's path
+        scope.setdefault("state", {})  # where the guard puts the caller, read back below
 
         async def watched_receive() -> Message:
             message = await receive()
@@ -115,13 +122,15 @@ class AccessLog:
         finally:
             status, note = exchange.outcome(failed)
             log.info(
-                '%s - "%s %s HTTP/%s" %d %s %.3fs%s',
+                '%s - "%s %s HTTP/%s" %d %s %s %s %.3fs%s',
                 _client(scope),
                 scope["method"],
-                redact_query(_target(scope)),
+                redact_query(target),
                 scope.get("http_version", "1.1"),
                 status,
                 exchange.request_id,
+                dialect_of(scope).name,  # the app's router put the handler in the scope
+                caller_name(scope),  # a client's name, never its key (- where none was asked)
                 time.perf_counter() - started,
                 note,
             )

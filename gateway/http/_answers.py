@@ -133,6 +133,10 @@ class Readiness(BaseModel):
     ready: bool
     unservable_routes: dict[str, str]  # task: why nothing can serve it now
     unservable_by_privacy: dict[str, str]
+    # A route only routing rules run, that nothing can serve now: why, its models, its rules.
+    degraded_rules: dict[str, dict[str, Any]]
+    # Why the store of the clients' limits cannot be reached (null: it answers).
+    limits_store: str | None = None
     models: list[dict[str, Any]]
 
 

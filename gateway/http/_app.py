@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from litestar import Litestar, MediaType, Request, Response, Router, get, head, post
 from litestar.connection import ASGIConnection
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException, ValidationException
-from litestar.response import Stream
 
 from zest.errors import (
     BadRequestError,
-    ClientDisconnectedError,
     RequestError,
     UnknownTaskError,
     clipped,
@@ -35,9 +30,21 @@ from zest.gateway.http._answers import (
     ResponseObject,
     answers,
 )
+from zest.gateway.http._anthropic import ANTHROPIC_HANDLERS
 from zest.gateway.http._auth import PUBLIC_PATHS
-from zest.gateway.http._body import IGNORED, JsonBodyPlugin, read_empty_body
+from zest.gateway.http._body import JsonBodyPlugin, read_empty_body
+from zest.gateway.http._callers import CLIENT_DIRECTORY, ClientDirectory, caller_of
+from zest.gateway.http._dialect import dialect_of
+from zest.gateway.http._exchange import (
+    event_stream,
+    metadata_read,
+    request_headers,
+    request_id_of,
+    unless_disconnected,
+)
 from zest.gateway.http._fleet import AFFINITY_STATE, replica_header, request_affinity
+from zest.gateway.http._held import release_held
+from zest.gateway.http._mcp import McpMount
 from zest.gateway.http._metrics import Metrics, RequestRecord
 from zest.gateway.http._metrics_routes import (
     METRICS,
@@ -47,6 +54,9 @@ from zest.gateway.http._metrics_routes import (
     record_failure,
     stats_history,
 )
+from zest.gateway.http._ollama import ACCESS_POLICY, OLLAMA_GENERATION
+from zest.gateway.http._ollama_models import OLLAMA_MODELS
+from zest.gateway.http._ollama_pull import OLLAMA_PULL
 from zest.gateway.http._openapi import STREAMS, openapi_config, openapi_json
 from zest.gateway.http._ops import OPS_HANDLERS, describe_loaded, lemonade_health
 from zest.gateway.http._responses import (
@@ -59,6 +69,8 @@ from zest.gateway.http._responses import (
 )
 from zest.gateway.http._responses_api import ResponseShape
 from zest.gateway.http._security import HttpSecurity, body_too_large_message
+from zest.gateway.http._tracing import Tracing
+from zest.gateway.http._usage_route import usage
 from zest.gateway.http._web import web_asset, web_page
 from zest.gateway.serving import (
     ChatMessage,
@@ -67,7 +79,6 @@ from zest.gateway.serving import (
     Embedded,
     EmbeddingRequest,
     ExplainRequest,
-    Generation,
     Reloader,
     ResponsesRequest,
     Runtime,
@@ -80,6 +91,7 @@ from zest.gateway.serving import (
     embed_inputs,
     explain_request,
     explain_task,
+    prompt_to_judge,
     start_choices,
     start_generation,
     tool_use_for,
@@ -89,8 +101,6 @@ from zest.router import REMOTE_DEVICE, RoutesFile, find_route
 __all__ = ["create_app"]
 
 log = logging.getLogger("zest.gateway")
-T = TypeVar("T")
-_REQUEST_ID = "zest_request_id"  # request.state key
 Kind = Literal["chat", "completion"]
 MAX_PROMPT_TOKENS = 1_048_576  # the longest context a routes file may give a model
 
@@ -107,90 +117,39 @@ async def _respond(
     **inputs: Any,
 ) -> Response[Any]:
     """Generate and answer; `echo` (a completion's echo: true) comes before the text."""
-    request_id = _request_id(request)
+    request_id = request_id_of(request)
     request.state[AFFINITY_STATE] = request_affinity(
         request.headers, name, inputs.get("messages"), inputs.get("prompt")
     )
     if request.headers.get("x-zest-route-trace") == "1":  # as route_trace: true in the body
         body = body.model_copy(update={"route_trace": True})
     # Watched from arrival: a client gone while queued or prefilling cancels its generation.
-    gens = await _unless_disconnected(
+    gens = await unless_disconnected(
         request,
         start_choices(
-            runtime, name, kind=kind, body=body, request_id=request_id, events=record, **inputs
+            runtime,
+            name,
+            kind=kind,
+            body=body,
+            request_id=request_id,
+            events=record,
+            caller=caller_of(request),
+            **inputs,
         ),
     )
     gen = gens[0]  # what served the first choice is what the headers show
-    _metadata_read(request, gen)
+    metadata_read(request, gen)
     if body.stream:
-        headers = {**route_headers(gen), **_request_headers(request, request_id)}
-        return _event_stream(sse_events(gens, kind, name, body.include_usage(), echo), headers)
+        headers = {**route_headers(gen), **request_headers(request, request_id)}
+        return event_stream(sse_events(gens, kind, name, body.include_usage(), echo), headers)
     try:
-        payload = await _unless_disconnected(request, collect_body(gens, kind, name, echo))
+        payload = await unless_disconnected(request, collect_body(gens, kind, name, echo))
     except RequestError as exc:  # after the first token (a total timeout): say what served it
-        exc.headers = {**route_headers(gen), **exc.headers, **_request_headers(request, request_id)}
+        exc.headers = {**route_headers(gen), **exc.headers, **request_headers(request, request_id)}
         raise
     finally:
         await close_all(gens)
-    return Response(
-        payload, headers={**route_headers(gen), **_request_headers(request, request_id)}
-    )
-
-
-def _metadata_read(request: Request[Any, Any, Any], gen: Generation) -> None:
-    """`metadata` changed nothing unless the task's rules read it (x-zest-ignored says so)."""
-    ignored = request.state.get(IGNORED)
-    if ignored and "metadata" in ignored and gen.ruled:
-        request.state[IGNORED] = [name for name in ignored if name != "metadata"]
-
-
-def _request_id(request: Request[Any, Any, Any]) -> str:
-    """The request's id, made once: its answer, error or log lines all carry the same."""
-    request_id = request.state.get(_REQUEST_ID)
-    if not isinstance(request_id, str):
-        request_id = request.state[_REQUEST_ID] = "req_" + secrets.token_hex(8)
-    return request_id
-
-
-def _request_headers(request: Request[Any, Any, Any], request_id: str) -> dict[str, str]:
-    """The request's id, its affinity key (generations), and the fields it sent that changed
-    nothing (never ignored silently)."""
-    headers = {"x-request-id": request_id}
-    if affinity := request.state.get(AFFINITY_STATE):
-        headers["x-zest-affinity"] = affinity
-    if ignored := request.state.get(IGNORED):
-        headers["x-zest-ignored"] = ", ".join(ignored)
-    return headers
-
-
-async def _unless_disconnected(request: Request[Any, Any, Any], work: Awaitable[T]) -> T:
-    """Await `work`, cancelling it if the client goes away first (its generation stops too)."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnect(request))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-    if not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task  # let the generation unwind before the stream is closed
-        raise ClientDisconnectedError("the client went away before the answer was complete")
-    return task.result()
-
-
-async def _disconnect(request: Request[Any, Any, Any]) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-def _event_stream(events: AsyncIterator[bytes], headers: dict[str, str]) -> Stream:
-    """A streamed answer: server-sent events, never cached or buffered by a proxy."""
-    return Stream(
-        events,
-        media_type="text/event-stream",
-        headers={**headers, "cache-control": "no-cache", "x-accel-buffering": "no"},
-    )
+    return Response(payload, headers={**route_headers(gen), **request_headers(request, request_id)})
 
 
 @post("/chat/completions", status_code=200, opt=STREAMS, responses=answers(ChatCompletion))
@@ -252,7 +211,9 @@ async def task_endpoint(
                 f"task {task!r} is an embedding route: send 'input' (or 'prompt'), not messages",
                 param="messages",
             )
-        done = await embed_inputs(runtime, task, [data.text() or ""], events=record)
+        done = await embed_inputs(
+            runtime, task, [data.text() or ""], events=record, caller=caller_of(request)
+        )
         return _embedding_response(request, done, task, "float", record)
     kind: Kind = route.kind if route and route.kind != "embedding" else "chat"
     if data.messages is not None:
@@ -287,10 +248,10 @@ async def responses(
     tools and text.format as on /v1/chat/completions."""
     if request.headers.get("x-zest-route-trace") == "1":
         data = data.model_copy(update={"route_trace": True})
-    request_id = _request_id(request)
+    request_id = request_id_of(request)
     request.state[AFFINITY_STATE] = request_affinity(request.headers, data.model, data.messages())
     sampling = data.sampling()
-    gen = await _unless_disconnected(
+    gen = await unless_disconnected(
         request,
         start_generation(
             runtime,
@@ -302,15 +263,16 @@ async def responses(
             tools=data.tool_use(),
             events=record,
             routing=data.routing_inputs(),
+            caller=caller_of(request),
         ),
     )
-    _metadata_read(request, gen)
+    metadata_read(request, gen)
     shape = ResponseShape(gen, data)
-    headers = {**route_headers(gen), **_request_headers(request, request_id)}
+    headers = {**route_headers(gen), **request_headers(request, request_id)}
     if data.stream:
-        return _event_stream(shape.events(), headers)
+        return event_stream(shape.events(), headers)
     try:
-        payload = await _unless_disconnected(request, shape.body())
+        payload = await unless_disconnected(request, shape.body())
     finally:
         await gen.aclose()
     return Response(payload, headers=headers)
@@ -324,8 +286,9 @@ async def embeddings(
     record: RequestRecord,
 ) -> Response[Any]:
     """OpenAI embeddings; `model` names a task of kind embedding."""
-    done = await _unless_disconnected(
-        request, embed_inputs(runtime, data.model, data.inputs(), events=record)
+    done = await unless_disconnected(
+        request,
+        embed_inputs(runtime, data.model, data.inputs(), events=record, caller=caller_of(request)),
     )
     return _embedding_response(request, done, data.model, data.encoding_format, record)
 
@@ -338,8 +301,8 @@ def _embedding_response(
     record: RequestRecord,
 ) -> Response[Any]:
     record.finish("ok")  # served: counted as a request that ended well
-    request_id = _request_id(request)
-    headers = {**embedding_headers(done), **_request_headers(request, request_id)}
+    request_id = request_id_of(request)
+    headers = {**embedding_headers(done), **request_headers(request, request_id)}
     return Response(embedding_body(done, requested_model, encoding), headers=headers)
 
 
@@ -430,6 +393,7 @@ async def explain_post(task: str, data: TaskRequest, runtime: Runtime) -> dict[s
     kind: Kind = "completion" if route.kind == "embedding" else route.kind  # text as it is
     prompt = build_prompt(route, kind, messages, data.text())
     tokens = await runtime.count_prompt(routes, route.model, prompt)
+    requested = data.requested_max_tokens()
     return explain_task(
         routes.config,
         runtime.inventory,
@@ -439,6 +403,7 @@ async def explain_post(task: str, data: TaskRequest, runtime: Runtime) -> dict[s
         strict_privacy=runtime.strict_privacy,
         contexts=await runtime.model_contexts(routes),
         device_bytes=runtime.device_bytes,
+        prompt=await prompt_to_judge(runtime, routes, route, prompt, requested=requested),
     )
 
 
@@ -477,12 +442,20 @@ async def health_head() -> Response[None]:
 
 def _request_error(request: Request[Any, Any, Any], exc: RequestError) -> Response[Any]:
     record_failure(request, exc)
-    headers = {"x-request-id": _request_id(request), **exc.headers}
+    headers = {"x-request-id": request_id_of(request), **exc.headers}
     if affinity := request.state.get(AFFINITY_STATE):  # a generation's: retried with it
         headers["x-zest-affinity"] = affinity
     if exc.tried:  # the answer lists every attempt the request tried
         headers["x-zest-fallbacks"] = header_value(" | ".join(exc.tried))
-    return Response(exc.to_body(), status_code=exc.status_code, headers=headers)
+    return _error_response(request, exc.status_code, exc.to_body(), headers)
+
+
+def _error_response(
+    request: Request[Any, Any, Any], status: int, body: dict[str, Any], headers: dict[str, str]
+) -> Response[Any]:
+    """An error in the shape of the dialect the endpoint speaks (OpenAI's by default)."""
+    status, shaped = dialect_of(request.scope).shaped(status, body)
+    return Response(shaped, status_code=status, headers=headers)
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
@@ -507,8 +480,8 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
         message, param = _parameter_error(exc.extra[0])  # Litestar's names the whole URL
     body = error_body(message, type="invalid_request_error", param=param)
-    headers = {"x-request-id": _request_id(request), **(exc.headers or {})}
-    return Response(body, status_code=status, headers=headers)
+    headers = {"x-request-id": request_id_of(request), **(exc.headers or {})}
+    return _error_response(request, status, body, headers)
 
 
 def _no_body(exc: HTTPException) -> bool:
@@ -532,7 +505,7 @@ def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response
     log.exception("unhandled error", exc_info=exc)
     record_failure(request, exc)
     body = error_body("internal error: see the server log", type="server_error")
-    return Response(body, status_code=500, headers={"x-request-id": _request_id(request)})
+    return _error_response(request, 500, body, {"x-request-id": request_id_of(request)})
 
 
 # What answers while the server drains: the probes (readiness says 503) and the metrics.
@@ -547,7 +520,9 @@ def _drain_guard(runtime: Runtime) -> Callable[[ASGIConnection[Any, Any, Any, An
     return refuse_while_draining
 
 
-def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
+def create_app(
+    runtime: Runtime, settings: Settings | None = None, tracing: Tracing | None = None
+) -> Litestar:
     """The ASGI app; `runtime` starts (warm start, sweeps, reload triggers) on startup and is
     closed on shutdown.
 
@@ -558,6 +533,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
     settings = settings or Settings()
     runtime.apply(settings)
     security = HttpSecurity.from_settings(settings)
+    directory = ClientDirectory(runtime)  # the named clients' keys, per routes table
     reloader = Reloader(runtime, watch=settings.watch)
     handlers = [
         *OPS_HANDLERS,
@@ -565,6 +541,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         completions,
         embeddings,
         responses,
+        *ANTHROPIC_HANDLERS,
         task_endpoint,
         list_models,
         retrieve_model,
@@ -577,9 +554,14 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         prometheus_metrics,
         last_stats,
         stats_history,
+        usage,
         openapi_json,
     ]
     metrics = Metrics(runtime)
+    # Traces, when OTEL_EXPORTER_OTLP_ENDPOINT says where (`tracing`: given, as tests give one).
+    metrics.tracing = tracing or Tracing.from_environment()
+    mcp = McpMount(runtime, metrics, security.max_body_bytes)
+    reloader.observers.append(mcp.routes_changed)
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -588,6 +570,7 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         try:
             yield
         finally:
+            await mcp.close()
             await reloader.stop()
             await runtime.close()
 
@@ -606,7 +589,10 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
         route_handlers=[
             Router("/api/v1", route_handlers=handlers, include_in_schema=False),  # /v1's twin
             Router("/v1", route_handlers=handlers),
+            # Ollama's API, beside /api/v1 (no path of one is a path of the other).
+            Router("/api", route_handlers=[*OLLAMA_GENERATION, *OLLAMA_MODELS, *OLLAMA_PULL]),
             prometheus_metrics,  # also at the top level, where scrapers look by default
+            mcp.handler(),  # POST /mcp: the tasks as MCP tools
             web_page,
             web_asset,
         ],
@@ -622,10 +608,13 @@ def create_app(runtime: Runtime, settings: Settings | None = None) -> Litestar:
             Exception: _internal_error,
         },
         plugins=[JsonBodyPlugin()],
-        state=State({METRICS: metrics}),
+        middleware=[release_held],  # what a request held is given back when it ends
+        state=State(
+            {METRICS: metrics, ACCESS_POLICY: security.policy, CLIENT_DIRECTORY: directory}
+        ),
         lifespan=[lifespan],
         before_send=[replica_header(settings.replica())],
-        guards=[_drain_guard(runtime), *security.guards],
+        guards=[_drain_guard(runtime), *security.guards_with(directory.current)],
         cors_config=security.cors,
         request_max_body_size=security.max_body_bytes,
         openapi_config=openapi_config(),

@@ -9,13 +9,18 @@ Rules (docs/security.md):
   bind. Anywhere else a reachable admin route would let anyone reload or unload models.
 - a key is sent as `Authorization: Bearer KEY` (the scheme in any case) or `x-api-key: KEY`;
   an Authorization header of another scheme, or a bare key, is a 401 that says so.
+- named clients (routes.yaml `clients:`, docs/teams.md) are keys too: a routes table with
+  clients needs a key on every route, as ZEST_API_KEYS does. A presented key is compared with
+  every client's digest, every API key and the admin key, each in constant time, all of them
+  every time; the caller found (a client, `anonymous` for an API key, `admin`) is put in the
+  request's state for the request path.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,15 +29,23 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 
 from zest.errors import AuthenticationError, ConfigError, PermissionDeniedError
-from zest.gateway.serving import Settings
+from zest.gateway.http._callers import CALLER
+from zest.gateway.serving import ADMIN, ANONYMOUS, Caller, Settings
+from zest.router import ClientConfig, ClientKeys, key_digest
+
+# The named clients of the routes table in force: their key digests and their entries.
+Clients = Callable[[], tuple[ClientKeys, Mapping[str, ClientConfig]]]
 
 __all__ = [
+    "OWN_OR_ADMIN",
     "PUBLIC_PATHS",
     "AccessPolicy",
     "AuthGuard",
+    "Clients",
     "credential_of",
     "exposure_warning",
     "is_loopback",
+    "no_clients",
     "parse_keys",
     "read_key_file",
 ]
@@ -40,6 +53,9 @@ __all__ = [
 # Probes must answer without a key: orchestrators rarely hold one.
 PUBLIC_PATHS = frozenset({"/api/v1/health", "/v1/health", "/api/v1/ready", "/v1/ready"})
 SEND_KEY = "send 'Authorization: Bearer <key>'; the keys are set with ZEST_API_KEYS"
+SEND_CLIENT_KEY = f"{SEND_KEY} and routes.yaml's clients"
+# A handler's opt: a named client may call it (about itself); anyone else needs the admin key.
+OWN_OR_ADMIN = "own_or_admin"
 SEND_ADMIN_KEY = "send 'Authorization: Bearer <admin key>', the key set with ZEST_ADMIN_KEY"
 
 
@@ -93,9 +109,12 @@ def is_loopback(host: str) -> bool:
         return False  # a host name other than localhost: it may resolve anywhere
 
 
-def exposure_warning(host: str, port: int, policy: AccessPolicy) -> str | None:
-    """The warning to log when the server is reachable from elsewhere with no key required."""
-    if policy.api_keys or is_loopback(host):
+def exposure_warning(
+    host: str, port: int, policy: AccessPolicy, *, clients: bool = False
+) -> str | None:
+    """The warning to log when the server is reachable from elsewhere with no key required
+    (`clients`: the routes file names clients, whose keys are required)."""
+    if policy.api_keys or clients or is_loopback(host):
         return None
     return (
         f"zest is listening on {host}:{port} without API keys: anyone who can reach this port "
@@ -130,6 +149,18 @@ def _matches(credential: str | None, keys: Iterable[str]) -> bool:
     return found
 
 
+def _client_of(credential: str | None, keys: ClientKeys) -> str | None:
+    """The named client whose key digest the credential's is: compared with every one, in
+    constant time, whichever matches."""
+    if credential is None or not keys:
+        return None
+    given, found = key_digest(credential), None
+    for digest, name in keys.digests:
+        if secrets.compare_digest(given, digest):
+            found = name
+    return found
+
+
 @dataclass(frozen=True)
 class AccessPolicy:
     api_keys: tuple[str, ...] = ()
@@ -149,38 +180,58 @@ class AccessPolicy:
         admin = "set" if self.admin_key else "not set"
         return f"auth: {api}; admin key: {admin}"
 
-    def authorize(self, credential: str | None, *, admin: bool) -> None:
-        """Raise AuthenticationError (401) or PermissionDeniedError (403) unless allowed."""
-        if self.api_keys:
-            self._check_api_key(credential)
+    def authorize(
+        self,
+        credential: str | None,
+        *,
+        admin: bool,
+        clients: ClientKeys | None = None,
+        entries: Mapping[str, ClientConfig] | None = None,
+        own_or_admin: bool = False,
+    ) -> Caller:
+        """The caller the credential names, or AuthenticationError (401) or
+        PermissionDeniedError (403) unless allowed; `clients`: the named clients' keys;
+        `own_or_admin`: a route a named client may call (about itself), else an admin route."""
+        clients = clients or ClientKeys()
+        client = _client_of(credential, clients)
+        is_admin = self._is_admin(credential)
+        admin = admin or (own_or_admin and client is None)
+        if self.api_keys or clients:
+            send = SEND_CLIENT_KEY if clients else SEND_KEY
+            self._check_api_key(credential, client is not None or is_admin, send)
         if admin:
-            self._check_admin_key(credential)
+            self._check_admin_key(credential, keyed=bool(clients), client=client is not None)
+        if is_admin:
+            return ADMIN
+        if client is not None:
+            return Caller(client, (entries or {}).get(client))
+        return ANONYMOUS
 
     def _is_admin(self, credential: str | None) -> bool:
         return bool(self.admin_key) and _matches(credential, [self.admin_key])
 
-    def _check_api_key(self, credential: str | None) -> None:
+    def _check_api_key(self, credential: str | None, known: bool, send: str) -> None:
         if credential is None:
-            raise AuthenticationError(f"missing API key: {SEND_KEY}")
-        if not (_matches(credential, self.api_keys) or self._is_admin(credential)):
-            raise AuthenticationError(f"invalid API key: {SEND_KEY}")
+            raise AuthenticationError(f"missing API key: {send}")
+        if not (_matches(credential, self.api_keys) or known):
+            raise AuthenticationError(f"invalid API key: {send}")
 
-    def _check_admin_key(self, credential: str | None) -> None:
+    def _check_admin_key(self, credential: str | None, *, keyed: bool, client: bool) -> None:
         if not self.admin_key:
-            self._check_open_admin()
+            self._check_open_admin(keyed)
             return
         if self._is_admin(credential):
             return
-        if _matches(credential, self.api_keys):
+        if client or _matches(credential, self.api_keys):
             raise PermissionDeniedError(
                 f"this is an admin route and an API key is not enough: {SEND_ADMIN_KEY}"
             )
         problem = "missing" if credential is None else "invalid"
         raise AuthenticationError(f"{problem} admin key: this is an admin route; {SEND_ADMIN_KEY}")
 
-    def _check_open_admin(self) -> None:
+    def _check_open_admin(self, keyed: bool = False) -> None:
         """Without an admin key, admin routes are open only on a keyless loopback server."""
-        if self.api_keys:
+        if self.api_keys or keyed:
             why = "the server has API keys"
         elif not self.loopback:
             why = "the server listens beyond loopback"
@@ -192,11 +243,17 @@ class AccessPolicy:
         )
 
 
-class AuthGuard:
-    """The Litestar guard applying an AccessPolicy to every route handler of the app."""
+def no_clients() -> tuple[ClientKeys, Mapping[str, ClientConfig]]:
+    return ClientKeys(), {}
 
-    def __init__(self, policy: AccessPolicy) -> None:
+
+class AuthGuard:
+    """The Litestar guard applying an AccessPolicy to every route handler of the app; the
+    caller it finds goes in the request's state (http/_callers.py's CALLER)."""
+
+    def __init__(self, policy: AccessPolicy, clients: Clients = no_clients) -> None:
         self.policy = policy
+        self.clients = clients
 
     def __call__(
         self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
@@ -206,11 +263,16 @@ class AuthGuard:
         if connection.scope["path"].rstrip("/") in PUBLIC_PATHS or handler.opt.get("public"):
             return
         admin = bool(handler.opt.get("admin"))
+        own = bool(handler.opt.get(OWN_OR_ADMIN))
+        keys, entries = self.clients()
         credential = None  # read only where a key is needed: an open server ignores the header
-        if self.policy.api_keys or (admin and self.policy.admin_key):
+        if self.policy.api_keys or keys or ((admin or own) and self.policy.admin_key):
             _one_credential(connection)
             credential = credential_of(connection.headers)
-        self.policy.authorize(credential, admin=admin)
+        caller = self.policy.authorize(
+            credential, admin=admin, clients=keys, entries=entries, own_or_admin=own
+        )
+        connection.scope.setdefault("state", {})[CALLER] = caller
 
 
 def _one_credential(connection: ASGIConnection[Any, Any, Any, Any]) -> None:

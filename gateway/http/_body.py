@@ -34,9 +34,11 @@ __all__ = [
     "REQUESTED_TASK",
     "JsonBody",
     "JsonBodyPlugin",
+    "check_media_type",
     "read_body",
     "read_empty_body",
     "read_json",
+    "refuse_lone_surrogates",
 ]
 
 log = logging.getLogger("zest.gateway")
@@ -145,7 +147,7 @@ def read_body(
 ) -> Body:
     """The body as `schema`; a BadRequestError (400) saying what to fix when it is not one,
     UnsupportedMediaTypeError (415) when it is not sent as JSON."""
-    _check_media_type(connection.headers.get("content-type"))
+    check_media_type(connection.headers.get("content-type"))
     data = read_json(raw)
     if not isinstance(data, dict):
         raise BadRequestError("the request body must be a JSON object")
@@ -158,12 +160,12 @@ def read_body(
 def read_empty_body(connection: ASGIConnection[Any, Any, Any, Any]) -> NoReturn:
     """Raise what reading an empty body says (Litestar calls no reader when none was sent):
     a 415 when it is not declared JSON, else "not valid JSON"."""
-    _check_media_type(connection.headers.get("content-type"))
+    check_media_type(connection.headers.get("content-type"))
     read_json(b"")
     raise AssertionError("an empty body is never JSON")
 
 
-def _check_media_type(content_type: str | None) -> None:
+def check_media_type(content_type: str | None) -> None:
     """A body must say it is JSON: a browser page may send text/plain (or no type) to any
     origin without asking first (no CORS preflight), but never application/json."""
     media = (content_type or "").partition(";")[0].strip().lower()
@@ -186,12 +188,7 @@ def _too_deep() -> BadRequestError:
 def _validated(
     request: ASGIConnection[Any, Any, Any, Any], schema: type[Body], data: dict[str, Any]
 ) -> Body:
-    if (where := _lone_surrogate(data)) is not None:
-        raise BadRequestError(
-            f"{clipped(where or 'the body')}: holds a lone UTF-16 surrogate (such as \\ud800), "
-            "which is not text: send valid Unicode",
-            param=clipped(where) if where else None,
-        )
+    refuse_lone_surrogates(data)
     if isinstance(data.get("model"), str):  # what the body asks for, even if it is invalid
         request.state[REQUESTED_TASK] = data["model"]
     if issubclass(schema, SamplingFields | EmbeddingRequest | ResponsesRequest):
@@ -203,6 +200,21 @@ def _validated(
     if isinstance(body, ResponsesRequest):  # fields it declares whose value changes nothing
         request.state[IGNORED] = [*request.state[IGNORED], *body.ignored()]
     return body
+
+
+def refuse_lone_surrogates(data: Any) -> None:
+    """A BadRequestError naming the first string (or key) JSON escapes made into invalid
+    Unicode, if any (a body nested too deeply to walk: that one)."""
+    try:
+        where = _lone_surrogate(data)
+    except RecursionError:
+        raise _too_deep() from None
+    if where is not None:
+        raise BadRequestError(
+            f"{clipped(where or 'the body')}: holds a lone UTF-16 surrogate (such as \\ud800), "
+            "which is not text: send valid Unicode",
+            param=clipped(where) if where else None,
+        )
 
 
 def _lone_surrogate(value: Any, path: str = "") -> str | None:

@@ -55,7 +55,7 @@ def validation_error(exc: ValidationError, schema: type[BaseModel]) -> BadReques
     # A misspelt key also makes its required key "missing": name the misspelling first.
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     path = _client_path(err["loc"])
-    message = _part_of_another_kind(err, path)
+    message = _part_of_another_kind(err, path, schema)
     if message is not None:
         path = path[:-1]  # the part, not the key that gave it away
     else:
@@ -73,7 +73,8 @@ def _message(err: ErrorDetails, schema: type[BaseModel], siblings: list[ErrorDet
     kind = err["type"]
     if kind == "extra_forbidden":
         close = difflib.get_close_matches(str(err["loc"][-1]), list(schema.model_fields), n=1)
-        return f"unknown parameter: {f'did you mean {close[0]!r}?' if close else _REMOVE}"
+        remove = f"remove it ({getattr(schema, 'DOCS', 'docs/http-api.md')} lists them)"
+        return f"unknown parameter: {f'did you mean {close[0]!r}?' if close else remove}"
     if kind == "missing":
         return "missing required parameter"
     expected = list(dict.fromkeys(_EXPECTED[e["type"]] for e in siblings if e["type"] in _EXPECTED))
@@ -86,18 +87,22 @@ def _message(err: ErrorDetails, schema: type[BaseModel], siblings: list[ErrorDet
     return f"{text}: send {_EXPECTED[kind]}" if kind in _EXPECTED else text
 
 
-_REMOVE = "remove it (docs/http-api.md lists them)"
+# What content parts a body takes, said when a part has a key of none of them (a body model's
+# PARTS, for another dialect's blocks).
+_PARTS = (
+    'send text parts ({"type": "text", "text": "..."}), or image_url parts for a route whose '
+    "model reads images"
+)
 
 
-def _part_of_another_kind(err: ErrorDetails, path: tuple[int | str, ...]) -> str | None:
+def _part_of_another_kind(
+    err: ErrorDetails, path: tuple[int | str, ...], schema: type[BaseModel]
+) -> str | None:
     """A content part with a key of another kind of part: say so, not its keys."""
     if err["type"] != "extra_forbidden" or len(path) < 3 or path[-3] != "content":
         return None
-    return (
-        f"a part with {shown(path[-1])} is not one zest takes: send text parts "
-        '({"type": "text", "text": "..."}), or image_url parts for a route whose model reads '
-        "images"
-    )
+    parts = getattr(schema, "PARTS", _PARTS)
+    return f"a part with {shown(path[-1])} is not one zest takes: {parts}"
 
 
 def _wrong_value(kind: str, message: str, value: Any) -> tuple[str, str]:

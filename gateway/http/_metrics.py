@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,8 @@ from zest.engines import Delta, EngineInfo, ModelDigest, StageStats
 from zest.errors import ClientDisconnectedError, RequestError
 from zest.gateway.http._slo import Change, RouteState, SloTracker
 from zest.gateway.http._timeline import Timeline
+from zest.gateway.http._tracing import RequestTrace, Tracing
+from zest.gateway.http._usage import UsageLedger
 from zest.gateway.serving import Generation, RequestEvents, Runtime
 from zest.router import Slo
 
@@ -93,6 +95,8 @@ class Metrics:
         self.last: LastRequest | None = None
         self.timeline = Timeline()
         self.slo = SloTracker(report=_log_slo_change)
+        self.usage = UsageLedger()  # by client, task and model (GET /v1/usage)
+        self.tracing: Tracing | None = None  # OpenTelemetry, when configured (http/_tracing.py)
         self._define()
         if runtime is not None:
             self.registry.register(RuntimeCollector(runtime))
@@ -102,7 +106,10 @@ class Metrics:
     def _define(self) -> None:
         served = ("task", "model", "device")
         self.requests = self._counter(
-            "zest_requests", "Generation requests by how they ended.", (*served, "outcome")
+            "zest_requests",
+            "Generation requests by how they ended, the API dialect they were sent in, and "
+            "the client that sent them (anonymous: no named client; admin: the admin key).",
+            (*served, "outcome", "dialect", "client"),
         )
         self.ttft = Histogram(
             "zest_time_to_first_token_seconds",
@@ -126,13 +133,23 @@ class Metrics:
             registry=self.registry,
         )
         self.prompt_tokens = self._counter(
-            "zest_prompt_tokens", "Prompt tokens of requests that reached a first token.", served
+            "zest_prompt_tokens",
+            "Prompt tokens of requests that reached a first token, by client.",
+            (*served, "client"),
         )
         self.cached_prompt_tokens = self._counter(
             "zest_cached_prompt_tokens", "Prompt tokens reused from the prefix cache.", served
         )
         self.completion_tokens = self._counter(
-            "zest_completion_tokens", "Completion tokens of finished generations.", served
+            "zest_completion_tokens",
+            "Completion tokens of finished generations, by client.",
+            (*served, "client"),
+        )
+        self.cache_requests = self._counter(
+            "zest_cache_requests",
+            "Requests of routes with a response cache whose answer is determined: hit (served "
+            "from the cache, no engine) or miss.",
+            ("task", "result"),
         )
         self.fallbacks = self._counter(
             "zest_fallbacks", "Attempts that failed and moved a request on.", ("task", "reason")
@@ -176,9 +193,18 @@ class Metrics:
     def _counter(self, name: str, doc: str, labels: tuple[str, ...]) -> Counter:
         return Counter(name, doc, labels, registry=self.registry)
 
-    def begin(self, task: str | None = None) -> RequestRecord:
-        """A record for a request arriving now; `task` when the path already names it."""
-        record = RequestRecord(self)
+    def begin(
+        self,
+        task: str | None = None,
+        dialect: str = "openai",
+        headers: Mapping[str, str] | None = None,
+    ) -> RequestRecord:
+        """A record for a request arriving now; `task` when the path already names it, and
+        the dialect its endpoint speaks; traced when tracing is on (`headers`: the request's,
+        whose traceparent is the trace's parent)."""
+        record = RequestRecord(self, dialect)
+        if self.tracing is not None:
+            record.trace = self.tracing.follow(headers)
         self.sample_queue()
         if task is not None:
             record.task_named(task)
@@ -289,8 +315,12 @@ class RequestRecord(RequestEvents):
     class, not a dataclass: Litestar would resolve a dataclass's annotations (Generation).
     """
 
-    def __init__(self, metrics: Metrics | None = None) -> None:
+    def __init__(self, metrics: Metrics | None = None, dialect: str = "openai") -> None:
         self.metrics = metrics
+        self.dialect = dialect  # a label: the request path never knows it
+        self.client = "anonymous"  # who sent it: a label, as the dialect (never a key)
+        self.trace: RequestTrace | None = None  # its trace, when tracing is on
+        self.finish_reason: str | None = None
         self.arrived = time.perf_counter()
         self.task: str | None = None
         self.rule: str | None = None  # the rule that chose the route (tasks with rules)
@@ -312,20 +342,28 @@ class RequestRecord(RequestEvents):
         """The task's rules chose `rule`: counted when the request ends, however it ends."""
         self.task_named(task)
         self.rule = rule
+        if self.trace is not None:
+            self.trace.routed(rule)
 
     def attempt(self, model: str, device: str) -> None:
         """The attempt being tried: an error that ends the request is labelled with it."""
         self.model, self.device = model, device
+        if self.trace is not None:
+            self.trace.attempt(model, device)
 
     def fell_back(self, kind: str) -> None:
         """An attempt failed with `kind` (policies.FailureKind) and the request moved on."""
         self.fallback_reasons.append(kind.replace(" ", "_"))
+        if self.trace is not None:
+            self.trace.fell_back(kind)
 
     def first_token(self, gen: Generation) -> None:
         self._first_at = self._last_text_at = self._last_at = time.perf_counter()
         self.ttft = self._first_at - self.arrived
         self.gen = gen
         self.model, self.device = gen.info.model, gen.info.device
+        if self.trace is not None:
+            self.trace.first_token(gen)
 
     def delta(self, delta: Delta) -> None:
         """A delta handed to the client; the final one ends the request as ok."""
@@ -337,6 +375,7 @@ class RequestRecord(RequestEvents):
                 self._last_text_at = now
         if delta.finish_reason is not None:
             self.completion_tokens = delta.completion_tokens
+            self.finish_reason = delta.finish_reason
             self.finish("ok")
 
     def failed(self, error: BaseException) -> None:
@@ -352,16 +391,31 @@ class RequestRecord(RequestEvents):
         self.outcome = outcome
         if self.metrics is not None:
             self._publish(self.metrics)
+        if self.trace is not None:
+            self.trace.end(
+                {
+                    "task": self.task,
+                    "client": self.client,
+                    "dialect": self.dialect,
+                    "outcome": outcome,
+                    "completion_tokens": self.completion_tokens,
+                    "finish_reason": self.finish_reason,
+                }
+            )
 
     def _publish(self, metrics: Metrics) -> None:
         task = self.task or UNKNOWN
-        metrics.requests.labels(task, self.model, self.device, self.outcome).inc()
+        labels = (task, self.model, self.device, self.outcome, self.dialect, self.client)
+        metrics.requests.labels(*labels).inc()
         if self.rule is not None:
             metrics.route_decisions.labels(task, self.rule).inc()
         for reason in self.fallback_reasons:
             metrics.fallbacks.labels(task, reason).inc()
         if self.gen is not None and self.ttft is not None:
             self._publish_generation(metrics, task, self.gen, self.ttft)
+        gen = self.gen
+        prompt = gen.prompt_tokens if gen is not None else 0
+        metrics.usage.count(self.client, task, self.model, prompt, self.completion_tokens or 0)
 
     def _publish_generation(
         self, metrics: Metrics, task: str, gen: Generation, ttft: float
@@ -371,7 +425,9 @@ class RequestRecord(RequestEvents):
         itl = metrics.itl.labels(*served)
         for gap in self.token_gaps:
             itl.observe(gap)
-        metrics.prompt_tokens.labels(*served).inc(gen.prompt_tokens)
+        metrics.prompt_tokens.labels(*served, self.client).inc(gen.prompt_tokens)
+        if gen.cache is not None:
+            metrics.cache_requests.labels(task, gen.cache).inc()
         metrics.cached_prompt_tokens.labels(*served).inc(gen.first.cached_tokens)
         if gen.trimmed is not None:
             metrics.trimmed_tokens.labels(task, gen.trimmed.strategy).inc(
@@ -385,13 +441,14 @@ class RequestRecord(RequestEvents):
                 metrics.speculative_tokens.labels(task, "accepted").inc(stats.accepted_tokens)
         rate = None
         if self.completion_tokens is not None:
-            metrics.completion_tokens.labels(*served).inc(self.completion_tokens)
+            metrics.completion_tokens.labels(*served, self.client).inc(self.completion_tokens)
             metrics.last = self._last_request(task, gen, ttft, self.completion_tokens)
             rate = metrics.last.tokens_per_second
             metrics.timeline.finished(ttft, rate)
             if rate is not None:
                 metrics.decode_rate.labels(*served).observe(rate)
-        metrics.observe_slo(task, ttft, rate)
+        if gen.cache != "hit":  # the route's objectives judge its model, not its cache
+            metrics.observe_slo(task, ttft, rate)
         metrics.sample_queue()
 
     def _last_request(self, task: str, gen: Generation, ttft: float, tokens: int) -> LastRequest:

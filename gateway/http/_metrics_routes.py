@@ -9,6 +9,8 @@ from typing import Any
 from litestar import Request, Response, get
 
 from zest.gateway.http._body import REQUESTED_TASK
+from zest.gateway.http._callers import caller_of
+from zest.gateway.http._dialect import dialect_of
 from zest.gateway.http._metrics import CONTENT_TYPE, Metrics, RequestRecord
 
 __all__ = [
@@ -51,7 +53,9 @@ async def provide_record(request: Request[Any, Any, Any], metrics: Metrics) -> R
 
 
 def _begin(request: Request[Any, Any, Any], metrics: Metrics) -> RequestRecord:
-    record = metrics.begin(request.path_params.get("task"))
+    task, dialect = request.path_params.get("task"), dialect_of(request.scope).name
+    record = metrics.begin(task, dialect, request.headers)
+    record.client = caller_of(request).name
     request.state[_RECORD] = record
     return record
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from zest.gateway.http._auth import PUBLIC_PATHS
+from zest.gateway.http._dialect import DIALECT, OPENAI, Dialect
 from zest.gateway.serving import IGNORED_FIELDS, EmbeddingRequest, ResponsesRequest, SamplingFields
 
 __all__ = ["STREAMS", "openapi_config", "openapi_document", "openapi_json"]
@@ -160,18 +161,21 @@ def _complete(operation: dict[str, Any], handler: HTTPRouteHandler, method: str,
         errors["403"] = "an admin route: it needs the admin key (ZEST_ADMIN_KEY)"
     if path.endswith("/admin/reload"):
         errors["422"] = "the routes file was rejected (the errors listed)"
+    dialect = handler.opt.get(DIALECT)
+    dialect = dialect if isinstance(dialect, Dialect) else OPENAI
+    shape = _error(dialect)
     for status, why in sorted(errors.items()):
-        responses[status] = {"description": why, "content": {"application/json": _error()}}
+        responses[status] = {"description": why, "content": {"application/json": shape}}
     if path.endswith("/ready"):  # not ready: the same body as ready
         responses["503"] = {"description": "not ready yet (loading) or the warm start failed"}
         responses["503"]["content"] = ok["content"]
     responses["default"] = {
-        "description": "another error, in OpenAI's shape",
-        "content": {"application/json": _error()},
+        "description": f"another error, in the {dialect.name} shape",
+        "content": {"application/json": shape},
     }
     if path in PUBLIC_PATHS:
         operation["security"] = []  # the probes never need a key
 
 
-def _error() -> dict[str, Any]:
-    return {"schema": dict(_ERROR)}
+def _error(dialect: Dialect) -> dict[str, Any]:
+    return {"schema": dict(dialect.error_schema or _ERROR)}

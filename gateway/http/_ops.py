@@ -88,7 +88,12 @@ async def admin_reload(reloader: Reloader) -> Response[Any]:
 
 @get("/loaded")
 async def loaded_models(runtime: Runtime) -> dict[str, Any]:
-    return {"object": "list", "data": describe_loaded(runtime)}
+    # Generations in flight across every model, from arrival to their stream's close.
+    return {
+        "object": "list",
+        "data": describe_loaded(runtime),
+        "in_flight": runtime.drain.in_flight,
+    }
 
 
 @post("/load", status_code=200, opt=ADMIN)
@@ -129,11 +134,13 @@ async def unload_model(data: ModelRequest, runtime: Runtime) -> dict[str, Any]:
 
 @get("/ready", responses=answers(Readiness))
 async def ready(runtime: Runtime) -> Response[Any]:
-    """200 once the warm start has loaded its models and every route can be served; 503
-    while loading, when it failed, or while a route cannot be served (no device here runs
-    it, its model files are broken, or its models failed to load). Routes the privacy in
-    force forbids (ZEST_PRIVACY=strict, remote models only) are listed, not judged: nothing
-    will ever serve them here. Liveness is /health."""
+    """200 once the warm start has loaded its models and every route can serve its own
+    requests (`ready`; `degraded` while a route that only routing rules run cannot be served:
+    `degraded_rules` names it, its models and its rules, which take their on_error path);
+    503 while loading, when it failed, or while a route cannot serve its own requests
+    (`unservable`: no device here runs it, its model files are broken, or its models failed
+    to load). Routes the privacy in force forbids (ZEST_PRIVACY=strict, remote models only)
+    are listed, not judged: nothing will ever serve them here. Liveness is /health."""
     inventory = describe_inventory(runtime.inventory)
     readiness = runtime.readiness()
     body = {
@@ -141,6 +148,8 @@ async def ready(runtime: Runtime) -> Response[Any]:
         "ready": readiness.ready,
         "unservable_routes": readiness.unservable,
         "unservable_by_privacy": readiness.forbidden,
+        "degraded_rules": readiness.rules_degraded,
+        "limits_store": readiness.limits_store,
         "models": describe_loaded(runtime),
         "loading": [model for model, _, _ in runtime.pool.loading()],
         "preload_errors": runtime.preload_errors,

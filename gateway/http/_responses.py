@@ -15,7 +15,7 @@ import msgspec
 
 from zest.engines import EngineInfo, StageStats, TokenLogprob
 from zest.errors import EngineError, RequestError
-from zest.gateway.serving import Embedded, Generation, ToolAnswer, close_all
+from zest.gateway.serving import Embedded, Generation, ResponseText, ToolAnswer, close_all
 from zest.policies import Trimmed
 from zest.router import Decision
 
@@ -46,7 +46,9 @@ def route_headers(gen: Generation) -> dict[str, str]:
     stats = gen.final_stats or gen.first.stats
     if stats is not None:
         headers["x-zest-pipeline"] = pipeline_header(stats)
-    return headers
+    if gen.cache is not None:  # the route keeps answers: was this one kept?
+        headers["x-zest-cache"] = gen.cache
+    return {**headers, **gen.headers}  # the caller's own (x-ratelimit-*)
 
 
 def zest_extension(gen: Generation) -> dict[str, Any]:
@@ -252,10 +254,14 @@ async def _choice_pieces(
         yield {"index": index, "delta": role, "logprobs": None, "finish_reason": None}, None
     if echo:  # a completion's echo: the prompt as sent, first
         yield _choice(kind, echo, None, chunk=True, index=index), None
-    held: list[str] = []  # a tool-use answer is read whole, then sent as its calls
+    held: list[str] = []  # a tool-use answer is read whole, then sent as its calls...
+    # ...but with tool_choice auto, a text answer goes out as it comes (serving/_tool_text.py)
+    text = ResponseText() if gen.tools is not None and gen.tools.choice == "auto" else None
     async for delta in gen.deltas():
         if delta.text and gen.tools is not None:
             held.append(delta.text)
+            if text is not None and (said := text.feed(delta.text)):
+                yield _choice(kind, said, None, chunk=True, index=index), None
         elif delta.text:
             yield _choice(kind, delta.text, None, chunk=True, index=index), None
         if delta.finish_reason is None:
@@ -263,7 +269,10 @@ async def _choice_pieces(
         finish: str = delta.finish_reason
         if gen.tools is not None:
             answer = gen.tools.read("".join(held))
-            for piece in _tool_deltas(answer):
+            pieces = _tool_deltas(answer)
+            if text is not None and text.streaming:  # only the text not sent yet
+                pieces = [{"content": rest} for rest in [text.rest(answer.content)] if rest]
+            for piece in pieces:
                 yield {"index": index, "delta": piece, "finish_reason": None}, None
             finish = answer.finish_reason or finish
         last = _choice(kind, "", finish, chunk=True, index=index)
@@ -350,7 +359,8 @@ async def sse_events(
 
 def embedding_headers(done: Embedded) -> dict[str, str]:
     """What served an embedding request (the same headers as a generation's)."""
-    return served_headers(done.plan.task, done.info, done.attempt.reason, done.fallbacks)
+    served = served_headers(done.plan.task, done.info, done.attempt.reason, done.fallbacks)
+    return {**served, **done.headers}
 
 
 def served_headers(

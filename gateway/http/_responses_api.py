@@ -1,5 +1,6 @@
 """OpenAI's Responses API shapes (/v1/responses): one response object, or its stream of typed
-events (response.created ... response.completed), from a chat generation."""
+events (response.created ... response.completed, or response.incomplete for an answer cut
+short), from a chat generation."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import msgspec
 from zest.engines import Delta, TokenLogprob
 from zest.errors import EngineError, RequestError
 from zest.gateway.http._responses import logprobs_object, zest_extension
-from zest.gateway.serving import Generation, ResponsesRequest, ToolAnswer
+from zest.gateway.serving import Generation, ResponsesRequest, ResponseText, ToolAnswer
 
 __all__ = ["ResponseShape"]
 
@@ -44,7 +45,7 @@ class ResponseShape:
             text += delta.text
             if delta.finish_reason is not None:
                 finish, produced = self._finished(delta)
-        return self._response(self._output(text), finish, produced)
+        return self._response(self._output(text, finish), finish, produced)
 
     def _finished(self, delta: Delta) -> tuple[str, int]:
         self.scored = delta.logprobs
@@ -67,21 +68,33 @@ class ResponseShape:
             await self.gen.aclose()
 
     async def _output_events(self) -> AsyncIterator[bytes]:
-        streamed = self.gen.tools is None  # a tool-use answer is read whole, then sent
-        if streamed:
+        """A text answer streams as it comes; a tool-use answer's calls are read whole, then
+        sent, and its text (tool_choice auto) streams once it is clearly not a call."""
+        tools = self.gen.tools
+        reader = ResponseText() if tools is not None and tools.choice == "auto" else None
+        opened = tools is None
+        if opened:
             for event in self._message_opened():
                 yield event
         text, finish, produced = "", "stop", 0
         async for delta in self.gen.deltas():
             text += delta.text
-            if delta.text and streamed:
-                yield self._text_delta(delta.text)
+            said = delta.text if tools is None else reader.feed(delta.text) if reader else ""
+            if said and not opened:
+                for event in self._message_opened():
+                    yield event
+                opened = True
+            if said:
+                yield self._text_delta(said)
             if delta.finish_reason is not None:
                 finish, produced = self._finished(delta)
-        output = self._output(text)
-        for event in self._items_done(output, opened=streamed):
+        output = self._output(text, finish)
+        if reader is not None and reader.streaming and (rest := reader.rest(_text_of(output))):
+            yield self._text_delta(rest)  # what the whole answer read beyond what was sent
+        for event in self._items_done(output, opened=opened):
             yield event
-        yield self._event("response.completed", response=self._response(output, finish, produced))
+        response = self._response(output, finish, produced)
+        yield self._event(f"response.{response['status']}", response=response)
 
     def _text_delta(self, text: str) -> bytes:
         """A delta event (its tokens' log probabilities come with the text's done event)."""
@@ -159,12 +172,15 @@ class ResponseShape:
             events.append(self._event("response.output_item.done", output_index=index, item=item))
         return events
 
-    def _output(self, text: str) -> list[dict[str, Any]]:
+    def _output(self, text: str, finish: str) -> list[dict[str, Any]]:
+        """The output items; a message cut short (max_output_tokens, the route's max_tokens)
+        is `incomplete`, as the response is."""
+        status = "incomplete" if finish == "length" else "completed"
         if self.gen.tools is None:
-            return [self._message(text)]
+            return [self._message(text, status)]
         answer: ToolAnswer = self.gen.tools.read(text)
         if not answer.calls:
-            return [self._message(answer.content or "")]
+            return [self._message(answer.content or "", status)]
         return [
             {
                 "type": "function_call",
@@ -177,12 +193,12 @@ class ResponseShape:
             for call in answer.calls
         ]
 
-    def _message(self, text: str) -> dict[str, Any]:
+    def _message(self, text: str, status: str = "completed") -> dict[str, Any]:
         scored = logprobs_object("chat", self.scored)["content"] if self.scored else []
         return {
             "type": "message",
             "id": self.message_id,
-            "status": "completed",
+            "status": status,
             "role": "assistant",
             "content": [_text_part(text, scored)],
         }
@@ -229,6 +245,12 @@ class ResponseShape:
         payload = {"type": kind, "sequence_number": self.sequence, **fields}
         self.sequence += 1
         return b"event: %s\ndata: %s\n\n" % (kind.encode(), msgspec.json.encode(payload))
+
+
+def _text_of(output: list[dict[str, Any]]) -> str | None:
+    """The text of the output's message (None: the output is calls)."""
+    message = output[0] if output and output[0]["type"] == "message" else None
+    return None if message is None else str(message["content"][0]["text"])
 
 
 def _text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from litestar.config.cors import CORSConfig
 
-from zest.gateway.http._auth import AccessPolicy, AuthGuard
+from zest.gateway.http._auth import AccessPolicy, AuthGuard, Clients, no_clients
 from zest.gateway.http._origin import BrowserGuard, HostRule, OriginRule
 from zest.gateway.serving import Settings
 
@@ -25,7 +25,14 @@ EXPOSED_HEADERS = [
     "x-zest-ignored",
     "x-zest-affinity",
     "x-zest-replica",
+    "x-zest-cache",
     "retry-after",
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
 ]
 
 
@@ -74,4 +81,8 @@ class HttpSecurity:
     @property
     def guards(self) -> list[BrowserGuard | AuthGuard]:
         """What a web page could send is refused first (403), then the keys are checked."""
-        return [BrowserGuard(self.hosts, self.origins), AuthGuard(self.policy)]
+        return self.guards_with(no_clients)
+
+    def guards_with(self, clients: Clients) -> list[BrowserGuard | AuthGuard]:
+        """The guards, the named clients' keys among the keys (`clients`: the table's)."""
+        return [BrowserGuard(self.hosts, self.origins), AuthGuard(self.policy, clients)]

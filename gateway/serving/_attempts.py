@@ -4,7 +4,7 @@ embeddings): answer the error, or record why the attempt failed and move on."""
 from __future__ import annotations
 
 from zest.errors import RequestError
-from zest.policies import classify_failure, may_advance
+from zest.policies import classify_failure, failure_line, may_advance
 from zest.router import Attempt, RouteConfig
 
 __all__ = ["give_up_or_record"]
@@ -22,7 +22,7 @@ def give_up_or_record(
     """Re-raise `error` unless it moves the request on (the answer then lists every attempt
     tried); otherwise append why to `fallbacks` and return the failure's kind."""
     kind = classify_failure(error, loading=loading)
-    line = f"{attempt.model} on {attempt.device}: {kind or 'error'}: {error.message}"
+    line = failure_line(attempt.model, attempt.device, kind, error.message)
     if last or not may_advance(kind, route):
         error.tried = [*fallbacks, line]  # even a single attempt: the answer says what failed
         raise error

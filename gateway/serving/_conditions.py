@@ -43,7 +43,7 @@ class ServingConditions:
 
     async def answer(
         self, via: str, kind: str, body: Any, inputs: dict[str, Any], *, privacy_of: RouteConfig
-    ) -> tuple[str, float]:
+    ) -> tuple[str, float, str | None]:
         gen = await self.start(
             self.runtime,
             via,
@@ -53,11 +53,12 @@ class ServingConditions:
             privacy_of=privacy_of,
             **inputs,
         )
-        answer, logprob = "", 0.0
+        answer, logprob, finish = "", 0.0, None
         try:  # a time-out cancels the wait here: the generation stops with it
             async for delta in gen.deltas():
                 answer += delta.text
                 logprob += sum(token.logprob for token in delta.logprobs)
+                finish = delta.finish_reason or finish
         finally:
             await gen.aclose()
-        return answer, logprob
+        return answer, logprob, finish

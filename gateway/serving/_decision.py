@@ -18,7 +18,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from zest.errors import BadRequestError
 from zest.gateway.serving._explain import explain_task
-from zest.gateway.serving._generation import build_prompt, request_needs, route_request
+from zest.gateway.serving._generation import (
+    build_prompt,
+    check_tools,
+    decision_told,
+    request_needs,
+    route_request,
+)
+from zest.gateway.serving._judge import prompt_to_judge
 from zest.gateway.serving._requests import (
     IGNORED_FIELDS,
     ChatRequest,
@@ -129,13 +136,22 @@ async def decide_request(
 async def explain_request(
     runtime: Runtime, task: str, request: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The decision for `request` (with its trace), then the plan of the route it chose, for
-    this request's prompt counted with that route's model (privacy as tightened by the rule)."""
+    """The decision for `request` (with its trace), then the plan of the route it chose, and
+    what serving does with this request's prompt on each attempt, measured by that attempt's
+    model (privacy as tightened by the rule): the outcome the server would answer."""
     parsed, routed = await decide_request(runtime, task, request)
     routes, route = runtime.routes, routed.route
     inputs = parsed.inputs
+    with decision_told(routed, trace=True):  # refused as serving refuses it, rule named
+        check_tools(routed.task, route, inputs.get("tools"))
+    suffix = getattr(parsed.body, "suffix", None)
     prompt = build_prompt(
-        route, parsed.kind, inputs.get("messages"), inputs.get("prompt"), inputs.get("tools")
+        route,
+        parsed.kind,
+        inputs.get("messages"),
+        inputs.get("prompt"),
+        inputs.get("tools"),
+        suffix=suffix,
     )
     tokens = await runtime.count_prompt(routes, route.model, prompt)
     explained = explain_task(
@@ -149,12 +165,19 @@ async def explain_request(
         device_bytes=runtime.device_bytes,
         route=route,
         needs=request_needs(
+            route, parsed.body, inputs.get("tools"), suffix, inputs.get("messages")
+        ),
+        prompt=await prompt_to_judge(
+            runtime,
+            routes,
             route,
-            parsed.body,
-            inputs.get("tools"),
-            getattr(parsed.body, "suffix", None),
-            inputs.get("messages"),
+            prompt,
+            requested=parsed.body.requested_max_tokens(),
+            trims_to_fit=parsed.body.trims_to_fit(),
+            context_cap=parsed.body.context_cap(),
         ),
     )
     decision = routed.decision.as_dict(with_trace=True) if routed.decision else None
+    if routed.ruled and "outcome" in explained:  # x-zest-rule of the answer
+        explained["outcome"]["rule"] = routed.rule_label
     return {"requested_task": task, "endpoint": parsed.endpoint, "decision": decision, **explained}

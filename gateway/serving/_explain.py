@@ -8,8 +8,8 @@ from typing import Any
 
 from zest.engines import Inventory
 from zest.errors import BadRequestError, DeviceUnavailableError
+from zest.gateway.serving._judge import PromptToJudge, judge_plan
 from zest.gateway.serving._planning import plan_for
-from zest.policies import describe_budget
 from zest.router import (
     STRICT_REASON,
     Device,
@@ -46,17 +46,22 @@ def explain_task(
     route: RouteConfig | None = None,
     needs: Needs | None = None,
     device_bytes: Mapping[str, int | None] | None = None,
+    prompt: PromptToJudge | None = None,
 ) -> dict[str, Any]:
     """The plan for `task` without running it; an impossible plan is shown with its error.
-    Each attempt says what its budget does to a prompt of `prompt_tokens` tokens, with the
-    model's context from `contexts` (by model id; default: the declared context_length).
-    `route`: the task's route as a routing rule hands it over (its privacy tightened);
-    `needs`: what the request asks of an engine (logprobs, images, ...), as serving plans it;
-    `device_bytes`: what one load of each model holds on its device (by model id)."""
+    Each attempt says what its budget does to the prompt, as serving judges it
+    (serving/_judge.py), and `outcome` what the request is answered if every engine loads:
+    `prompt` is the request's, measured by each attempt's model (default: one message of
+    `prompt_tokens` tokens), with the model's context from `contexts` (by model id; default:
+    the declared context_length). `route`: the task's route as a routing rule hands it over
+    (its privacy tightened); `needs`: what the request asks of an engine (logprobs, images,
+    ...), as serving plans it; `device_bytes`: what one load of each model holds on its
+    device (by model id)."""
     route = route or find_route(task, None, routes)
     result: dict[str, Any] = {
         "task": task,
         "prompt_tokens": prompt_tokens,
+        "prompt_sized": prompt is None or prompt.sized,
         "route": route.model_dump(
             include={
                 "kind",
@@ -90,31 +95,42 @@ def explain_task(
             device_bytes=device_bytes,
         )
     except (DeviceUnavailableError, BadRequestError) as exc:  # no device, or no capable engine
+        error = exc.to_body()["error"]
         return {
             **result,
             "attempts": [],
             "removed": list(getattr(exc, "removed", ())),
-            "error": exc.to_body()["error"],
+            "error": error,
+            "outcome": {"status": exc.status_code, "task": task, "error": error, "fallbacks": []},
         }
-    known = dict(contexts or {})
+    known = {m: model.context_length for m, model in routes.models.items()} | dict(contexts or {})
+    if route.kind == "embedding":  # each input is its own sequence: no prompt to judge
+        verdicts, outcome = None, None
+    else:
+        verdicts, outcome = judge_plan(plan, prompt or PromptToJudge.of_size(prompt_tokens), known)
     attempts = [
         {
             "model": a.model,
             "engine": a.engine,
             **_placement(a.placement),
             "reason": a.reason,
-            "budget": describe_budget(
-                task=task,
-                route=route,
-                prompt_tokens=prompt_tokens,
-                context_length=known.get(a.model, routes.models[a.model].context_length),
-                last=number == len(plan.attempts) - 1,
-            ),
+            "budget": _embedding_budget(known.get(a.model))
+            if verdicts is None
+            else verdicts[number].text(),
+            **({} if verdicts is None else {"fit": verdicts[number].as_dict()}),
         }
         for number, a in enumerate(plan.attempts)
     ]
     budget = attempts[0]["budget"] if attempts else None
-    return {**result, "budget": budget, "attempts": attempts, "removed": list(plan.removed)}
+    explained = {**result, "budget": budget, "attempts": attempts, "removed": list(plan.removed)}
+    if outcome is not None:
+        explained["outcome"] = outcome.as_dict()
+    return explained
+
+
+def _embedding_budget(context: int | None) -> str:
+    within = f"the model's context of {context} tokens" if context else "the model's context"
+    return f"each input is embedded on its own, within {within}"
 
 
 def _slo_entry(slo: Slo | None) -> dict[str, Any] | None:
@@ -169,7 +185,22 @@ def format_explanation(explained: dict[str, Any]) -> str:
     lines += [f"removed: {reason}" for reason in explained["removed"]]
     if "error" in explained:
         lines.append(f"error ({explained['error']['code']}): {explained['error']['message']}")
+    elif explained.get("outcome") is not None:
+        lines.append(_answer_line(explained["outcome"]))
     return "\n".join(lines)
+
+
+def _answer_line(outcome: dict[str, Any]) -> str:
+    """What the server answers if every engine loads and answers (the walk's verdict)."""
+    if outcome["status"] != 200:
+        error = outcome["error"]
+        return f"answer: {outcome['status']} {error['code'] or error['type']}: {error['message']}"
+    line = (
+        f"answer: 200 from attempt {outcome['attempt']}, {outcome['model']} on {outcome['device']}"
+    )
+    if outcome["trimmed"] is not None:
+        line += f", {outcome['trimmed']['tokens']} prompt tokens trimmed"
+    return line
 
 
 def _decision_lines(explained: dict[str, Any]) -> list[str]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zest.engines import (
@@ -22,30 +23,27 @@ from zest.engines import (
     Delta,
     EngineInfo,
     GenerationJob,
+    Lease,
     Message,
     Prompt,
     StageStats,
     Tokenizer,
 )
-from zest.errors import BadRequestError, ContextLengthExceededError, RequestError
+from zest.errors import BadRequestError, RequestError
 from zest.gateway.serving._attempts import give_up_or_record
+from zest.gateway.serving._clients import Caller
 from zest.gateway.serving._conditions import ServingConditions
+from zest.gateway.serving._door import Door, open_door
 from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
+from zest.gateway.serving._held import hold
 from zest.gateway.serving._requests import ChatMessage, SamplingFields
 from zest.gateway.serving._routing import Routed, RouteInputs, route_by_content
 from zest.gateway.serving._runtime import Runtime
 from zest.gateway.serving._timeouts import Deadline, first_delta, next_delta
 from zest.gateway.serving._tokens import Tokens
 from zest.gateway.serving._tools import ToolUse
-from zest.policies import (
-    Budget,
-    Fitted,
-    Trimmed,
-    fit_prompt,
-    plan_budget,
-    prompt_limit,
-)
+from zest.policies import Budget, Fitted, Trimmed, attempt_terms, fit_attempt
 from zest.router import (
     Attempt,
     Decision,
@@ -56,6 +54,7 @@ from zest.router import (
     RouteConfig,
     find_route,
     peak_priority,
+    route_for_client,
     tightened,
 )
 
@@ -103,6 +102,15 @@ class Generation:
     decision: Decision | None = None
     trace: bool = False
     ruled: bool = False  # the task has rules (they read the request's metadata)
+    # The route's response cache: "hit" (this answer is a kept one, no engine ran), "miss"
+    # (it may be kept), None (no cache, or the answer is not determined).
+    cache: Literal["hit", "miss"] | None = None
+    # Headers the answer carries for its caller (the client's x-ratelimit-*).
+    headers: dict[str, str] = field(default_factory=dict)
+    # Seconds the serving attempt waited for its engine: its load, when the request caused one.
+    load_s: float = 0.0
+    # Its stream is closed: the engine's slot is given back (serving/_held.py checks).
+    released: bool = False
 
     @property
     def approximate(self) -> bool:
@@ -151,6 +159,7 @@ class Generation:
         # closes it; closing it here would raise "already running".
         if not getattr(self.rest, "ag_running", False):
             await self.rest.aclose()
+            self.released = True
 
 
 async def close_all(gens: Sequence[Generation]) -> None:
@@ -170,18 +179,57 @@ async def start_choices(
     body: SamplingFields,
     request_id: str,
     events: RequestEvents | None = None,
+    caller: Caller | None = None,
     **inputs: Any,
 ) -> list[Generation]:
     """The request's n generations, started together; choice i samples with seed + i when a
     seed is given, and `events` follow the first. A choice failing before its first token, or
-    the caller giving up (the client left), stops every other choice, started or not."""
+    the caller giving up (the client left), stops every other choice, started or not.
+    `caller`: who sends it (every front door says; None: zest itself, a routing condition):
+    admitted once for every choice, and answered from the route's cache when it can be."""
+    door = None
+    if caller is not None:
+        door = await open_door(runtime, caller, name, kind=kind, body=body, inputs=inputs)
+        if door.kept is not None:
+            return door.replayed(name, events)
+    try:
+        return await _start_choices(
+            runtime,
+            name,
+            kind=kind,
+            body=body,
+            request_id=request_id,
+            events=events,
+            door=door,
+            inputs=inputs,
+        )
+    except BaseException:
+        if door is not None:
+            door.abandon()
+        raise
+
+
+async def _start_choices(
+    runtime: Runtime,
+    name: str,
+    *,
+    kind: Kind,
+    body: SamplingFields,
+    request_id: str,
+    events: RequestEvents | None,
+    door: Door | None,
+    inputs: dict[str, Any],
+) -> list[Generation]:
     bodies = [
         body if i == 0 or body.seed is None else body.model_copy(update={"seed": body.seed + i})
         for i in range(body.n)
     ]
     group = ChoiceGroup(body.n) if body.n > 1 else None  # admitted to the model's slots together
+    caller = door.caller if door is not None else None
     if "routed" not in inputs:  # routed once: every choice is served by the same route
-        inputs["routed"] = await route_request(runtime, name, kind, body, inputs)
+        inputs["routed"] = await route_request(
+            runtime, name, kind, body, inputs, request_id=request_id, caller=caller
+        )
     starts = [
         asyncio.ensure_future(
             start_generation(
@@ -192,6 +240,9 @@ async def start_choices(
                 request_id=request_id if i == 0 else f"{request_id}-{i}",
                 events=events if i == 0 else None,
                 group=group,
+                caller=caller,
+                door=door,
+                choice=i,
                 **inputs,
             )
         )
@@ -243,23 +294,80 @@ async def start_generation(
     routed: Routed | None = None,
     routing: RouteInputs | None = None,
     privacy_of: RouteConfig | None = None,
+    caller: Caller | None = None,
+    door: Door | None = None,
+    choice: int = 0,
 ) -> Generation:
     """`routed`: the route chosen by the task's rules (None: decided here, `routing` being
     what the rules read, else the messages' or prompt's text); `privacy_of`: the route whose
-    text this is (a routing condition's request): privacy only tightens."""
+    text this is (a routing condition's request): privacy only tightens. `caller`: who sends
+    it (every front door says; None: zest itself): admitted here unless `door` (start_choices')
+    did, held to its privacy floor, its priority moved by its offset."""
+    inputs: dict[str, Any] = {"messages": messages, "prompt": prompt, "suffix": suffix}
+    inputs.update(tools=tools, routing=routing)
+    own_door = caller is not None and door is None
+    if own_door:
+        assert caller is not None
+        door = await open_door(runtime, caller, name, kind=kind, body=body, inputs=inputs)
+        if door.kept is not None:
+            return door.replayed(name, events)[0]
+    if door is not None:
+        events = door.observer(events, choice)
+    try:
+        gen = await _start_generation(
+            runtime,
+            name,
+            kind=kind,
+            body=body,
+            request_id=request_id,
+            inputs=inputs,
+            events=events,
+            group=group,
+            routed=routed,
+            privacy_of=privacy_of,
+            caller=caller,
+        )
+    except BaseException:
+        if own_door and door is not None:
+            door.abandon()
+        raise
+    if door is not None:
+        gen.cache, gen.headers = door.cache, door.ticket.headers
+    return gen
+
+
+async def _start_generation(
+    runtime: Runtime,
+    name: str,
+    *,
+    kind: Kind,
+    body: SamplingFields,
+    request_id: str,
+    inputs: dict[str, Any],
+    events: RequestEvents | None,
+    group: ChoiceGroup | None,
+    routed: Routed | None,
+    privacy_of: RouteConfig | None,
+    caller: Caller | None,
+) -> Generation:
+    messages, prompt, tools = inputs["messages"], inputs["prompt"], inputs["tools"]
+    suffix = inputs["suffix"]
     events = events or RequestEvents()
     events.task_named(name)
     routes = runtime.routes  # this request's table, to its end, whatever a reload does
     if routed is None:
-        inputs = {"messages": messages, "prompt": prompt, "tools": tools, "routing": routing}
-        routed = await route_request(runtime, name, kind, body, inputs)
+        routed = await route_request(
+            runtime, name, kind, body, inputs, request_id=request_id, caller=caller
+        )
     if routed.ruled and routed.decision is not None:  # before anything may refuse the request
         events.routed(name, routed.decision.rule_label)
     name, route = routed.task, routed.route
+    if caller is not None:  # the client's floor and priority, whatever route serves it
+        route = route_for_client(route, caller.name, caller.client)
     if privacy_of is not None:
         route = tightened(route, privacy_of)
-    with _decision_told(routed, trace=bool(body.route_trace)):
-        _check_tools(name, route, tools)
+    with decision_told(routed, trace=bool(body.route_trace)):
+        check_tools(name, route, tools)
         asked = build_prompt(route, kind, messages, prompt, tools, suffix=suffix)
         deadline = Deadline.start(name, route.timeouts)
         counted = await runtime.count_prompt(routes, route.model, asked)
@@ -274,12 +382,13 @@ async def start_generation(
             activity.close()
             raise
     gen.activity = activity
+    hold(gen)  # closed when the request ends, if no path of it did
     gen.decision, gen.trace, gen.ruled = routed.decision, bool(body.route_trace), routed.ruled
     return gen
 
 
 @contextlib.contextmanager
-def _decision_told(routed: Routed, *, trace: bool) -> Iterator[None]:
+def decision_told(routed: Routed, *, trace: bool) -> Iterator[None]:
     """A request error raised once the task's rules chose the route is told their decision
     (a task without rules has nothing to tell)."""
     try:
@@ -305,11 +414,21 @@ def decision_object(task: str, decision: Decision, *, trace: bool) -> dict[str, 
 
 
 async def route_request(
-    runtime: Runtime, name: str, kind: Kind, body: SamplingFields, inputs: dict[str, Any]
+    runtime: Runtime,
+    name: str,
+    kind: Kind,
+    body: SamplingFields,
+    inputs: dict[str, Any],
+    *,
+    request_id: str = "-",
+    caller: Caller | None = None,
 ) -> Routed:
-    """The route that serves this request: the task's own, or the one its rules choose."""
+    """The route that serves this request: the task's own, or the one its rules choose (the
+    caller's privacy floor binds the rules' model-backed conditions too)."""
     routes = runtime.routes
     route = find_route(name, kind, routes.config)
+    if caller is not None:
+        route = route_for_client(route, caller.name, caller.client, priority=False)
     if not route.rules:
         return Routed(name, route, Decision(name, None), ruled=False)
     messages, prompt = inputs.get("messages"), inputs.get("prompt")
@@ -328,7 +447,14 @@ async def route_request(
     # Model-backed conditions run as requests of their own routes, through this front door.
     models = ServingConditions(runtime, start_generation)
     return await route_by_content(
-        models, routes, name, route, given, count_tokens=count_tokens, oracle=runtime.oracle
+        models,
+        routes,
+        name,
+        route,
+        given,
+        count_tokens=count_tokens,
+        oracle=runtime.oracle,
+        request_id=request_id,
     )
 
 
@@ -367,7 +493,7 @@ def request_needs(
     )
 
 
-def _check_tools(name: str, route: RouteConfig, tools: ToolUse | None) -> None:
+def check_tools(name: str, route: RouteConfig, tools: ToolUse | None) -> None:
     if tools is None:
         return
     if route.tools == "deny":
@@ -460,78 +586,66 @@ class _Walk:
 
     async def _try(self, attempt: Attempt) -> Generation:
         self.deadline.check()
-        self.loading = True
+        self.loading, asked = True, time.perf_counter()
         lease = await self.runtime.acquire(self.routes, attempt.model, attempt.placement)
-        self.loading = False
-        info, tokenizer = lease.info, lease.engine.tokenizer()
+        self.loading, load_s = False, time.perf_counter() - asked
         try:
-            fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
-        except BaseException:
+            gen = await self._start(lease, attempt)
+        except BaseException:  # whatever raised, and wherever: the slot is given back
             lease.release()
             raise
+        gen.load_s = load_s
+        return gen
+
+    async def _start(self, lease: Lease, attempt: Attempt) -> Generation:
+        """The attempt's generation on its leased engine, once its first delta came; a
+        failure closes what it started (the caller releases the lease)."""
+        info, tokenizer = lease.info, lease.engine.tokenizer()
+        fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
         label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
         job = self._job(prompt, budget, label, attempt.model)
         stream = lease.stream(job)
         try:
             first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")
+            return Generation(
+                self.plan,
+                attempt,
+                info,
+                budget,
+                first,
+                stream,
+                job=job,
+                trimmed=fitted.trimmed,
+                deadline=self.deadline,
+                counted_approximately=tokenizer is None,
+                tools=self.tools,
+            )
         except BaseException:
             await stream.aclose()
             raise
-        return Generation(
-            self.plan,
-            attempt,
-            info,
-            budget,
-            first,
-            stream,
-            job=job,
-            trimmed=fitted.trimmed,
-            deadline=self.deadline,
-            counted_approximately=tokenizer is None,
-            tools=self.tools,
-        )
 
     def _fit(self, tokenizer: Tokenizer | None, info: EngineInfo) -> tuple[Fitted, Budget, Prompt]:
-        """Budget this attempt with its own tokenizer and context (runs in a thread); the
-        prompt to send, in the tokenizer's tokens (each variant is encoded once, and the
-        planning count of the request's prompt is reused)."""
-        route, requested = self.plan.route, self.body.requested_max_tokens()
-        context = info.context_length or None  # 0: a remote model that declares none
-        trimming = route.context.on_overflow == "trim" or self.body.trims_to_fit()
-        limit = prompt_limit(
-            task=self.plan.task,
-            max_prompt_tokens=route.context.max_prompt_tokens,
-            context_length=context,
-            reserve=min(requested or route.max_tokens, route.max_tokens),
-            trimming=trimming,
-        )
+        """Budget this attempt with its own tokenizer and context (runs in a thread), as
+        explain judges it (policies.fit_attempt); the prompt to send, in the tokenizer's
+        tokens (each variant is encoded once, and the planning count is reused)."""
         tokens = Tokens(self.prompt, tokenizer)
-        if not trimming and (limit is not None or context is not None):
-            most, why = (limit.tokens, limit.why) if limit else (context, "its context")
-            _refuse_by_length(tokens, info.model, most or 0, why)
-        fitted = fit_prompt(
+        fit = fit_attempt(
             self.prompt.messages,
-            count=tokens.count,
-            limit=limit,
-            trim=route.trim_mode if trimming else None,
-            model=info.model,
+            measure=tokens,
+            terms=attempt_terms(
+                self.plan.task,
+                self.plan.route,
+                info.model,
+                info.context_length or None,  # 0: a remote model that declares none
+                requested=self.body.requested_max_tokens(),
+                trims_to_fit=self.body.trims_to_fit(),
+                context_cap=self.body.context_cap(),
+            ),
         )
-        if fitted.trimmed is not None and tokens.floor(self.prompt.messages) is not None:
-            fitted = replace(fitted, trimmed=replace(fitted.trimmed, at_least=True))
-        budget = plan_budget(
-            prompt_tokens=fitted.prompt_tokens,
-            requested=requested,
-            route_cap=route.max_tokens,
-            context_length=context,
-            model=info.model,
-        )
-        prompt = tokens.variant(fitted.messages)
-        if tokenizer is None:
-            return fitted, budget, prompt
-        prompt = prompt.encoded_by(tokenizer)
-        if not prompt.tokens:  # nothing to prefill: a model needs at least one token
-            raise BadRequestError("the prompt is empty: send some text", param="prompt")
-        return fitted, budget, prompt
+        prompt = tokens.variant(fit.fitted.messages)
+        if tokenizer is not None:
+            prompt = prompt.encoded_by(tokenizer)
+        return fit.fitted, fit.budget, prompt
 
     def _job(self, prompt: Prompt, budget: Budget, label: str, model: str) -> GenerationJob:
         route, body = self.plan.route, self.body
@@ -565,20 +679,6 @@ class _Walk:
             if self.tools
             else _response_format(route, body),
         )
-
-
-def _refuse_by_length(tokens: Tokens, model: str, most: int, why: str) -> None:
-    """A prompt too long for the model by its length alone is refused before it is tokenized
-    (an 8 MB prompt costs seconds of CPU to count, for an answer known in advance)."""
-    floor, tokenizer = tokens.floor(tokens.prompt.messages), tokens.tokenizer
-    if floor is None or tokenizer is None or floor <= most:
-        return
-    characters = sum(len(m["content"]) for m in tokens.prompt.messages)
-    raise ContextLengthExceededError(
-        f"the prompt is at least {floor} tokens ({characters} characters; no token of model "
-        f"{model!r} spans more than {tokenizer.max_token_bytes} bytes), over the limit of "
-        f"{most} ({why}): shorten the messages or the prompt"
-    )
 
 
 def _response_format(route: RouteConfig, body: SamplingFields) -> ResponseFormat | None:

@@ -21,6 +21,7 @@ what the rest of a replica serves.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -33,6 +34,8 @@ from zest.router import (
     ModelConfig,
     RemoteModel,
     RouteConfig,
+    condition_routes,
+    resolve_client_keys,
     rule_warnings,
 )
 
@@ -57,13 +60,19 @@ def preflight(
     *,
     pins: bool = True,
     refuse_unloadable: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> Preflight:
     """Check `routes` against its model files (blocking: run it in a thread). With `devices`
     (this machine's inventory), routes whose device is auto are checked where they would run;
     `pins=False` leaves the `sha256:` pins to the loads (nothing but headers is read).
     `refuse_unloadable` (zest check): a model a route needs alone whose data would not load is
-    a problem, not a warning."""
+    a problem, not a warning. The clients' key_env variables are read from `environ` (default:
+    this process's environment, where the server runs): one unset refuses the table."""
     facts, unreadable, problems = _inspect_models(routes)
+    _, key_problems = resolve_client_keys(
+        routes.config.clients, os.environ if environ is None else environ
+    )
+    problems += key_problems
     unloadable = _check_data(routes, facts)
     verified: dict[str, str] = {}
     if pins:
@@ -72,16 +81,20 @@ def preflight(
     config = routes.config
     required = _required_models(routes)
     warnings = []
+    by_rules = _rules_only_models(routes)
     for model_id, message in unreadable.items():
         line = f"models.{model_id}.source: {message}"
         if model_id in required:
             problems.append(line)
+        elif model_id in by_rules:  # as a start: readiness says degraded, every route serves
+            warnings.append(f"{line} ({by_rules[model_id]})")
         else:  # as a start: a route with a fallback serves on without it
             warnings.append(f"{line} (no route needs it alone: its routes fall back)")
     for model_id, message in unloadable.items():
         line = f"models.{model_id}.source: {message}"
         if model_id not in required:
-            warnings.append(f"{line} (no route needs it alone: its routes fall back)")
+            why = by_rules.get(model_id, "no route needs it alone: its routes fall back")
+            warnings.append(f"{line} ({why})")
         elif refuse_unloadable:
             problems.append(line)
         else:
@@ -168,15 +181,37 @@ def _exposure_warnings(routes: LoadedRoutes) -> list[str]:
 
 def _required_models(routes: LoadedRoutes) -> set[str]:
     """Models a start cannot do without (as its warm start judges them): listed in
-    lifecycle.preload, or the own model of a route that has nothing to fall back on."""
+    lifecycle.preload, or the own model of a route that has nothing to fall back on (but a
+    route that only routing rules run: they have an on_error path)."""
     config = routes.config
     listed = () if config.lifecycle.preload == "routes" else config.lifecycle.preload
+    by_rules = condition_routes(config)
     alone = {
         route.model
-        for route in config.routes.values()
-        if not route.fallback or route.on_failure == "return_error"
+        for task, route in config.routes.items()
+        if task not in by_rules and (not route.fallback or route.on_failure == "return_error")
     }
     return set(listed) | alone | routes.needed_by_broken  # those routes, once fixed
+
+
+def _rules_only_models(routes: LoadedRoutes) -> dict[str, str]:
+    """Models that only the routes of routing rules' conditions use, with what their loss
+    means (readiness degraded, the rules taking their on_error path)."""
+    config = routes.config
+    by_rules = condition_routes(config)
+    used: dict[str, set[str]] = {}
+    for task, route in config.routes.items():
+        for model in (route.model, *(entry.model for entry in route.fallback)):
+            used.setdefault(model, set()).add(task)
+    found = {}
+    for model, tasks in used.items():
+        if tasks <= set(by_rules):
+            rules = [f"{task}.{rule}" for via in sorted(tasks) for task, rule in by_rules[via]]
+            found[model] = (
+                f"only routing rules run it ({', '.join(dict.fromkeys(rules))}): they take their "
+                "on_error path and readiness says degraded"
+            )
+    return found
 
 
 def _context_problems(model_id: str, config: ModelConfig, facts: ModelFacts) -> list[str]:

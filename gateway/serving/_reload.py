@@ -16,6 +16,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -57,6 +58,8 @@ class Reloader:
     last_error: ReloadOutcome | None = None
     reloads: int = 0
     watching: bool = False  # the watcher runs (False once it stopped, even if asked for)
+    # Told of each table put in force (the MCP server's tools follow the tasks).
+    observers: list[Callable[[LoadedRoutes], Awaitable[None]]] = field(default_factory=list)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
@@ -90,7 +93,15 @@ class Reloader:
                 routes.path,
                 ", ".join(routes.config.routes),
             )
+            await self._tell(routes)
             return self.loaded
+
+    async def _tell(self, routes: LoadedRoutes) -> None:
+        for observer in self.observers:
+            try:
+                await observer(routes)
+            except Exception:  # an observer's failure never undoes a reload
+                log.exception("reload: telling %r of the new routes failed", observer)
 
     def _read_checked(self) -> LoadedRoutes:
         """The file, validated and checked against its model files (blocking: a thread)."""

@@ -311,6 +311,11 @@ class SamplingFields(_Body):
         (the Responses API's truncation: auto); else the policy decides."""
         return False
 
+    def context_cap(self) -> int | None:
+        """A context smaller than the model's that the request asks for (Ollama's num_ctx):
+        the prompt and the answer must fit in it; None: the model's own."""
+        return None
+
     def stops(self) -> tuple[str, ...]:
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
 

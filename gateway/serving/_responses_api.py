@@ -356,7 +356,15 @@ class ResponsesRequest(ResponsesOptions):
             )
         fmt = self.sampling().response_format
         schema = fmt.constraint() if fmt else None
-        return tool_use_for(tools, choice, schema, self.parallel_tool_calls, self.max_tool_calls)
+        return tool_use_for(
+            tools,
+            choice,
+            schema,
+            self.parallel_tool_calls,
+            self.max_tool_calls,
+            parameters_at="tools.{index}.parameters",
+            answer_at="text.format.schema",
+        )
 
 
 def _routing_text(items: str | list[InputItem]) -> str:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from cachetools import LRUCache, TTLCache
 
-from zest.errors import RequestError
+from zest.errors import RequestError, shown
 from zest.router import (
     Classify,
     Decision,
@@ -58,6 +58,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("zest.gateway")
+access = logging.getLogger("zest.access")  # the access log's (http/_access_log.py)
 
 _TOKEN_KINDS = ("min_prompt_tokens", "max_prompt_tokens")
 
@@ -121,9 +122,10 @@ class ConditionModels(Protocol):
 
     async def answer(
         self, via: str, kind: str, body: Any, inputs: dict[str, Any], *, privacy_of: RouteConfig
-    ) -> tuple[str, float]:
-        """Route `via`'s answer to `body`: its text and the sum of its tokens' log
-        probabilities (the generation stops if the wait for it is cancelled)."""
+    ) -> tuple[str, float, str | None]:
+        """Route `via`'s answer to `body`: its text, the sum of its tokens' log
+        probabilities and its finish reason (the generation stops if the wait for it is
+        cancelled)."""
         ...
 
 
@@ -136,6 +138,7 @@ async def route_by_content(
     *,
     count_tokens: TokenCounter,
     oracle: RoutingOracle,
+    request_id: str = "-",
 ) -> Routed:
     """Evaluate `route`'s rules over the request; the target serves with everything it
     declares (one hop: its own rules are not applied), its privacy tightened to the caller's.
@@ -157,7 +160,7 @@ async def route_by_content(
         if condition is None:
             counted.append(await count_tokens(token_bound(route) or 0))
             continue
-        query = ConditionQuery(models, routes, route, condition, inputs.text)
+        query = ConditionQuery(models, routes, route, condition, inputs.text, request_id)
         results[condition] = await oracle.resolve(query)
     if outcome.route_to == task:
         return Routed(task, route, outcome)
@@ -179,6 +182,7 @@ class ConditionQuery:
     caller: RouteConfig  # the route whose rules ask: its privacy binds the condition's route
     condition: SimilarTo | Classify
     routing_text: str
+    request_id: str = "-"  # the request whose routing asks (its access line names it)
 
     @property
     def text(self) -> str:
@@ -240,6 +244,20 @@ class RoutingOracle:
             observer(kind, seconds, cached)
 
     async def _timed(self, query: ConditionQuery) -> ModelResult:
+        """The condition's result within its timeout_s, with its own access line whatever
+        its end (the asking request's cancellation too)."""
+        started = time.perf_counter()
+        status, result = 499, ModelResult(error="the request went away")
+        try:
+            status, result = await self._within_timeout(query)
+        finally:
+            if not self.replaying:  # a replay (zest route test) serves no request
+                _access_line(query, status, time.perf_counter() - started, result.error)
+        return result
+
+    async def _within_timeout(self, query: ConditionQuery) -> tuple[int, ModelResult]:
+        """The result, and the status its access line says. A time-out cancels the work: a
+        classifier's generation stops at its engine's next step."""
         condition = query.condition
         timeout_s = max(condition.timeout_s, self.min_timeout_s)
         try:
@@ -247,13 +265,21 @@ class RoutingOracle:
                 work = self._similarity(query, condition)
             else:
                 work = _classify(query, condition)
-            return await asyncio.wait_for(work, timeout_s)
+            result = await asyncio.wait_for(work, timeout_s)
         except TimeoutError:
-            return ModelResult(error=f"timed out after {timeout_s:g} s")
+            return 504, ModelResult(error=f"timed out after {timeout_s:g} s")
         except RequestError as exc:
             if not self.replaying:
                 log.warning("routing condition via %s failed: %s", condition.via, exc.message)
-            return ModelResult(error=exc.message)
+            return exc.status_code, ModelResult(error=exc.message)
+        except Exception as exc:  # a fault of zest's own: logged, and on_error still decides
+            log.exception("routing condition via %s failed", condition.via)
+            return 500, ModelResult(error=f"failed ({type(exc).__name__}): see the server log")
+        if result.error is not None:  # the model answered, but no label
+            if not self.replaying:
+                log.warning("routing condition via %s failed: %s", condition.via, result.error)
+            return 502, result
+        return 200, result
 
     async def _similarity(self, query: ConditionQuery, condition: SimilarTo) -> ModelResult:
         phrases = await self._phrase_vectors(query, condition)
@@ -274,6 +300,20 @@ class RoutingOracle:
         return vectors
 
 
+def _access_line(query: ConditionQuery, status: int, seconds: float, error: str | None) -> None:
+    """A model-backed condition's generation is a request of its route: it writes its line in
+    the access log, as the HTTP request that asked for it writes its own."""
+    access.info(
+        'routing - "%s %s" %d %s %.3fs%s',
+        query.kind.upper(),
+        query.condition.via,
+        status,
+        query.request_id,
+        seconds,
+        f" ({error})" if error else "",
+    )
+
+
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=True))
     norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
@@ -285,12 +325,33 @@ async def _classify(query: ConditionQuery, condition: Classify) -> ModelResult:
     string among them); the score is the answer's probability under the model."""
     via = query.routes.config.routes[condition.via]
     body, inputs = _classifier_request(condition, via.kind, query.text)
-    answer, logprob = await query.models.answer(
+    answer, logprob, finish = await query.models.answer(
         condition.via, via.kind, body, inputs, privacy_of=query.caller
     )
-    label = json.loads(answer)
+    label = _label_in(answer, condition.labels)
+    if label is None:  # cut short, or stopped inside the label: on_error decides
+        return ModelResult(error=_no_label(answer, finish, condition.via))
     score = math.exp(logprob) if condition.min_score is not None else None
-    return ModelResult(score=score, label=str(label))
+    return ModelResult(score=score, label=label)
+
+
+def _label_in(answer: str, labels: Sequence[str]) -> str | None:
+    """The label the classifier's answer names (None: it names none, e.g. it was cut)."""
+    try:
+        said = json.loads(answer)
+    except json.JSONDecodeError:
+        return None
+    return said if isinstance(said, str) and said in labels else None
+
+
+def _no_label(answer: str, finish: str | None, via: str) -> str:
+    if finish == "length":
+        why = f"cut at its max_tokens: `zest check` says how far to raise routes.{via}.max_tokens"
+    elif finish == "stop":
+        why = f"it stopped inside a label: does routes.{via}.sampling.stop hold part of one?"
+    else:
+        why = f"finish_reason {finish}"
+    return f"the classifier's answer {shown(answer)} is none of its labels ({why})"
 
 
 def _classifier_request(condition: Classify, kind: str, text: str) -> tuple[Any, dict[str, Any]]:
@@ -307,7 +368,7 @@ def _classifier_request(condition: Classify, kind: str, text: str) -> tuple[Any,
     common: dict[str, Any] = {
         "model": condition.via,
         "temperature": 0.0,
-        "max_tokens": 32,
+        "max_tokens": condition.answer_tokens(),  # the longest label, a token a byte at worst
         "response_format": answer_format,
     }
     if kind == "chat":

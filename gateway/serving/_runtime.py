@@ -31,12 +31,22 @@ from zest.engines import (
     verify_model,
 )
 from zest.errors import EngineError, RequestError, ServiceUnavailableError
+from zest.gateway.serving._answer_cache import AnswerCache
+from zest.gateway.serving._clients import ClientGate
 from zest.gateway.serving._drain import Drain
 from zest.gateway.serving._planning import plan_for
 from zest.gateway.serving._routing import RoutingOracle
 from zest.gateway.serving._settings import Settings
 from zest.gateway.serving._tokens import Tokens
-from zest.router import Device, LoadedRoutes, Needs, Placement, Plan, RouteConfig
+from zest.router import (
+    Device,
+    LoadedRoutes,
+    Needs,
+    Placement,
+    Plan,
+    RouteConfig,
+    condition_routes,
+)
 
 __all__ = ["PreloadTarget", "Readiness", "Runtime", "Staged"]
 
@@ -57,17 +67,25 @@ class PreloadTarget:
 
 @dataclass(frozen=True)
 class Readiness:
-    """What GET /ready answers: the state (`degraded`: the warm start is done, but a route
-    cannot be served), the routes nothing can serve now, with why, and those the privacy in
-    force forbids for good (not judged: no replica with this setting will ever serve them)."""
+    """What GET /ready answers: the state (`unservable`: the warm start is done, but a route
+    cannot serve its own requests; `degraded`: every route can, but a route that only routing
+    rules run cannot, so those rules take their on_error path), the routes nothing can serve
+    now, with why, those the privacy in force forbids for good (not judged: no replica with
+    this setting will ever serve them), and the rules' routes that cannot be served (each
+    with why, its models and the rules that run it)."""
 
     status: str
     unservable: dict[str, str]
     forbidden: dict[str, str]
+    rules_degraded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Why the store of the clients' limits cannot be reached (None: it answers, or there is
+    # none): degraded, still ready, as every replica shares the store.
+    limits_store: str | None = None
 
     @property
     def ready(self) -> bool:
-        return self.status == "ready"
+        """Whether a balancer should send this replica requests: every one is served."""
+        return self.status in ("ready", "degraded")
 
 
 @dataclass
@@ -117,6 +135,9 @@ class Runtime:
     drain: Drain = field(default_factory=Drain)
     # The rules' model-backed results, cached (per runtime: its observers are its metrics).
     oracle: RoutingOracle = field(default_factory=RoutingOracle, repr=False, compare=False)
+    # Named clients' admission and limits, and the routes' kept answers (docs/teams.md).
+    clients: ClientGate = field(default_factory=ClientGate, repr=False, compare=False)
+    answers: AnswerCache = field(default_factory=AnswerCache, repr=False, compare=False)
     pool: EnginePool = field(init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -144,6 +165,11 @@ class Runtime:
             for entry in self.pool.loaded():
                 self._arm(entry.engine)
         use_zest_cache(settings.cache)
+        self.clients = ClientGate(
+            settings.limits_storage,
+            on_store_error=settings.limits_on_store_error,
+            timeout_s=settings.limits_store_timeout_s,
+        )
 
     async def start(self) -> None:
         """Start the warm start (in the background: liveness answers at once, readiness when
@@ -211,10 +237,32 @@ class Runtime:
 
     def readiness(self) -> Readiness:
         """Whether this replica should get traffic: the warm start is done and every route
-        that may ever be served here can be served now."""
-        unservable, forbidden = self._unservable()
-        degraded = self.state == "ready" and unservable
-        return Readiness("degraded" if degraded else self.state, unservable, forbidden)
+        that may ever be served here can serve its own requests now. A route that only
+        routing rules run (a similar_to's or classify's `via`) that cannot be served degrades
+        the replica without taking it out: its rules take their on_error path."""
+        found, forbidden = self._unservable()
+        by_rules = condition_routes(self.routes.config)
+        unservable = {task: why for task, why in found.items() if task not in by_rules}
+        degraded = {
+            task: self._rule_outage(task, why, by_rules[task])
+            for task, why in found.items()
+            if task in by_rules
+        }
+        store = self.clients.store_problem  # the clients' limits' store (docs/teams.md)
+        status: str = self.state
+        if status == "ready" and (unservable or degraded or store is not None):
+            status = "unservable" if unservable else "degraded"
+        return Readiness(status, unservable, forbidden, degraded, store)
+
+    def _rule_outage(self, task: str, why: str, rules: list[tuple[str, str]]) -> dict[str, Any]:
+        """A rules' route that cannot be served: why, its models, the rules that run it."""
+        route = self.routes.config.routes[task]
+        models = dict.fromkeys([route.model, *(entry.model for entry in route.fallback)])
+        return {
+            "reason": why,
+            "models": list(models),
+            "rules": [{"task": user, "rule": rule} for user, rule in rules],
+        }
 
     def _unservable(self) -> tuple[dict[str, str], dict[str, str]]:
         """Routes of the table in force that nothing can serve now, with why (no device here
@@ -359,9 +407,11 @@ class Runtime:
         self, routes: LoadedRoutes, device_bytes: Mapping[str, int | None] | None = None
     ) -> list[PreloadTarget]:
         """`lifecycle.preload: routes`: each route's first attempt (fatal when the route has
-        no fallback); a list: those models, where their routes first place them."""
+        no fallback, unless only routing rules run it: they have an on_error path); a list:
+        those models, where their routes first place them."""
         config = routes.config
         wanted = config.lifecycle.preload
+        by_rules = condition_routes(config)
         targets: dict[tuple[str, str], PreloadTarget] = {}
         for task, route in config.routes.items():
             try:
@@ -372,7 +422,7 @@ class Runtime:
             first = plan.first
             if first.remote or (wanted != "routes" and first.model not in wanted):
                 continue
-            alone = len(plan.attempts) == 1 or route.on_failure != "next"
+            alone = task not in by_rules and (len(plan.attempts) == 1 or route.on_failure != "next")
             key = (first.model, first.placement.key)
             fatal = alone or wanted != "routes" or (key in targets and targets[key].fatal)
             targets[key] = PreloadTarget(first.model, first.placement, fatal, f"route {task}")
@@ -392,7 +442,19 @@ class Runtime:
         self.state = "stopping"
         await self.drain.run()
 
+    def loaded_digest(self, model_id: str) -> str | bool | None:
+        """The SHA-256 of a model as loaded now (None: a remote model, nothing local; False:
+        not loaded), what a kept answer is checked against."""
+        config = self.routes.config.models.get(model_id)
+        if config is not None and not config.local:
+            return None
+        for entry in self.pool.find(model_id):
+            if not entry.retired:
+                return entry.digest.sha256 if entry.digest is not None else None
+        return False
+
     async def close(self) -> None:
+        await self.clients.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

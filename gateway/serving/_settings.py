@@ -53,6 +53,13 @@ class Settings(BaseSettings):
     # zest's own cache (cache: sources, digests, converted models, tools); None: the XDG cache,
     # $XDG_CACHE_HOME/zest else ~/.cache/zest. The engines get it at start (use_zest_cache).
     cache: Path | None = None
+    # Named clients' limits (docs/teams.md): where they are counted (empty: this process's
+    # memory; redis://HOST:PORT/DB: one count for every replica), what a store that cannot be
+    # reached means for limited clients (allow: served without their limits; deny: 503), and
+    # how long a request waits on the store before that.
+    limits_storage: str = ""
+    limits_on_store_error: Literal["allow", "deny"] = "allow"
+    limits_store_timeout_s: float = Field(default=2.0, gt=0, le=30)
 
     @classmethod
     def settings_customise_sources(

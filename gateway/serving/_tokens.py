@@ -14,11 +14,21 @@ __all__ = ["Tokens"]
 class Tokens:
     """Counts a prompt and the variants trimming tries, with one model's tokenizer (None:
     approximately). Each variant is encoded once and keeps its tokens (Prompt.encode), so the
-    count made for planning is the one the attempt reuses."""
+    count made for planning is the one the attempt reuses. The policies' Measure of an
+    attempt (policies.fit_attempt)."""
 
     def __init__(self, prompt: Prompt, tokenizer: Tokenizer | None) -> None:
         self.prompt, self.tokenizer = prompt, tokenizer
         self._variants: dict[tuple[tuple[str, str], ...], Prompt] = {}
+
+    @property
+    def exact(self) -> bool:
+        """Counted with the model's own tokenizer (else approximately)."""
+        return self.tokenizer is not None
+
+    @property
+    def token_bytes(self) -> int | None:
+        return None if self.tokenizer is None else self.tokenizer.max_token_bytes
 
     def variant(self, messages: Sequence[Mapping[str, str]]) -> Prompt:
         """The prompt over `messages` (itself when they are its own), remembered."""

@@ -14,13 +14,13 @@ import json
 import re
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from zest.errors import BadRequestError, shown
-from zest.router import BoundedJsonSchema, ResponseFormat
+from zest.router import BoundedJsonSchema, JsonSchemaFormat, ResponseFormat, check_json_schemas
 
 __all__ = [
     "FunctionCall",
@@ -108,6 +108,30 @@ class ToolUse:
     parallel: bool = True
     # The Responses API's max_tool_calls: at most this many calls per answer.
     max_calls: int | None = None
+    # Where the request sent each tool's parameters ({index}: the tool's) and its own answer
+    # format: what a refusal names (chat and the Responses API spell them differently).
+    parameters_at: str = "tools.{index}.function.parameters"
+    answer_at: str = "response_format.json_schema.schema"
+
+    def check(self) -> None:
+        """The one schema the answer is constrained to, bounded as the client wrote its parts:
+        each part's depth is its own (the envelope's levels are zest's), the counts grammars
+        grow with are counted over all of them. A 400 naming the part, before anything runs."""
+        parts = [
+            (self.parameters_at.format(index=index), tool.function.parameters)
+            for index, tool in enumerate(self.tools)
+            if tool in self.callable()
+        ]
+        if self.choice == "auto" and self.answer_schema is not None:
+            parts.append((self.answer_at, self.answer_schema))
+        try:
+            check_json_schemas(parts)
+        except ValueError as exc:
+            raise BadRequestError(
+                f"{exc} (the tools' parameters and the answer's format are counted together: "
+                "they make one grammar)",
+                param="tools",
+            ) from None
 
     def system_text(self) -> str:
         listed = [
@@ -170,9 +194,10 @@ class ToolUse:
                 "additionalProperties": False,
             }
             schema = {"anyOf": [calls, answer]}
-        return ResponseFormat.model_validate(
-            {"type": "json_schema", "json_schema": {"name": "tool_use", "schema": schema}}
-        )
+        # Not validated again: its parts were, as the client wrote them (`check`); the
+        # envelope's own levels would count against the client's depth.
+        wrapped = JsonSchemaFormat.model_construct(name="tool_use", json_schema=schema)
+        return ResponseFormat.model_construct(type="json_schema", json_schema=wrapped)
 
     def call_limit(self) -> int:
         limit = MAX_CALLS if self.parallel else 1
@@ -258,8 +283,27 @@ def tool_use_for(
     answer_schema: dict[str, Any] | None,
     parallel: bool | None = None,
     max_calls: int | None = None,
+    *,
+    parameters_at: str = "tools.{index}.function.parameters",
+    answer_at: str = "response_format.json_schema.schema",
 ) -> ToolUse | None:
-    """The request's tool use (None: no tools, tool_choice none, or no call allowed)."""
+    """The request's tool use (None: no tools, tool_choice none, or no call allowed), its
+    schema checked (`parameters_at`, `answer_at`: where the request sent its parts)."""
+    use = _tool_use(tools, choice, answer_schema, parallel, max_calls)
+    if use is None:
+        return None
+    use = replace(use, parameters_at=parameters_at, answer_at=answer_at)
+    use.check()
+    return use
+
+
+def _tool_use(
+    tools: Sequence[Tool] | None,
+    choice: ToolChoice | None,
+    answer_schema: dict[str, Any] | None,
+    parallel: bool | None,
+    max_calls: int | None,
+) -> ToolUse | None:
     if max_calls == 0 and tools:
         if choice not in (None, "none", "auto"):
             raise BadRequestError(

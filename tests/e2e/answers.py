@@ -28,12 +28,15 @@ DOCUMENTED_5XX = {503, 504}  # no device or model now; a route's timeout ran out
 
 
 def check_error(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
-    """An error answer: no 5xx but 503/504, OpenAI's shape, a short message naming nothing
-    internal, the request's id. Returns the error object."""
+    """An error answer: no 5xx but 503/504, the shape of the endpoint's dialect (OpenAI's,
+    Anthropic's, MCP's JSON-RPC), a short message naming nothing internal, the request's id.
+    Returns the error object, in OpenAI's fields."""
     assert status < 500 or status in DOCUMENTED_5XX, body[:600]
     assert headers["content-type"].startswith("application/json"), headers
     assert headers["x-request-id"].startswith("req_")
     parsed = json.loads(body)
+    if parsed.get("type") == "error" or "jsonrpc" in parsed:
+        return _check_message(_dialect_error(parsed))
     assert set(parsed) <= {"error", "zest"}, parsed
     if "zest" in parsed:  # refused after a task's rules chose its route: the decision, as told
         decision = parsed["zest"]
@@ -41,6 +44,26 @@ def check_error(status: int, headers: Mapping[str, str], body: bytes) -> dict[st
         assert headers["x-zest-route"].startswith(f"task={decision['route_to']}"), headers
     error: dict[str, Any] = parsed["error"]
     assert {"message", "type", "param", "code"} <= set(error), error
+    return _check_message(error)
+
+
+def _dialect_error(parsed: dict[str, Any]) -> dict[str, Any]:
+    """Anthropic's {"type": "error", "error": {"type", "message"}, "zest": {code, param}} or
+    MCP's JSON-RPC error, read into OpenAI's fields."""
+    if "jsonrpc" in parsed:
+        assert set(parsed) == {"jsonrpc", "id", "error"}, parsed
+        error = parsed["error"]
+        assert isinstance(error["code"], int), error
+        data = error.get("data", {})
+        return {"message": error["message"], "type": data.get("type", "invalid_request_error"),
+                "param": None, "code": data.get("code")}  # fmt: skip
+    assert set(parsed) <= {"type", "error", "zest"}, parsed
+    assert set(parsed["error"]) == {"type", "message"}, parsed
+    told = parsed.get("zest", {})
+    return {**parsed["error"], "param": told.get("param"), "code": told.get("code")}
+
+
+def _check_message(error: dict[str, Any]) -> dict[str, Any]:
     message = error["message"]
     assert isinstance(message, str)
     assert message
@@ -63,7 +86,7 @@ def check_stream(body: bytes) -> None:
     if data[-1] == "[DONE]":
         return
     payload: dict[str, Any] = json.loads(data[-1])
-    if payload.get("type") in {"response.completed", "response.incomplete"}:
+    if payload.get("type") in {"response.completed", "response.incomplete", "message_stop"}:
         return
     error = payload.get("error") or payload.get("response", {}).get("error")
     assert isinstance(error, dict), last

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
+from tests.e2e.invariants import wait_released
 from zest.bench._spawn import spawn, stop
 from zest.errors import CommandError
 
@@ -35,6 +36,7 @@ class Server:
     base_url: str
     log_path: Path
     process: subprocess.Popen[bytes]
+    headers: dict[str, str] = field(default_factory=dict)  # its admin key, when it has keys
 
     @property
     def v1(self) -> str:
@@ -115,7 +117,8 @@ def start_server(
     env = {**os.environ, **(extra_env or {})}
     probe = "health" if until == "warm" else until
     process = spawn_until_answering(command, log_path, f"{base_url}/api/v1/{probe}", env)
-    server = Server(base_url, log_path, process)
+    server = Server(base_url, log_path, process, _key_headers(env))
+    RUNNING.append(server)
     if until == "warm":
         wait_warm(server)
     return server
@@ -131,7 +134,27 @@ def wait_warm(server: Server, timeout: float = 120.0) -> None:
 
 
 def stop_server(server: Server) -> None:
+    if server in RUNNING:
+        RUNNING.remove(server)
     stop_process(server.process)
+
+
+RUNNING: list[Server] = []  # started by start_server, not stopped by stop_server yet
+
+
+def _key_headers(env: dict[str, str]) -> dict[str, str]:
+    key = env.get("ZEST_ADMIN_KEY") or env.get("ZEST_API_KEYS", "").split(",")[0].strip()
+    return {"authorization": f"Bearer {key}"} if key else {}
+
+
+@pytest.fixture(autouse=True)
+def released_after_the_test() -> Iterator[None]:
+    """After every test, every server still running holds nothing: no generation in flight,
+    every model idle, no KV cell held (tests/e2e/invariants.py), errors included."""
+    yield
+    for running in list(RUNNING):
+        if running.process.poll() is None:
+            wait_released(running.base_url, running.headers)
 
 
 @pytest.fixture(scope="session")

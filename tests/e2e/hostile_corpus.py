@@ -937,6 +937,67 @@ def grammar_bombs() -> Iterator[Case]:
             yield case(f"grammar/{entry}/{name}", body, 400, param, message)
 
 
+# -- tool schemas at zest's depth limit: counted as the client wrote them --------------------
+# The tool-call envelope adds up to five levels above each tool's parameters (and two above a
+# Responses text.format beside them): they are zest's, and never count against the client's 16.
+RESPONSES_WITH = b'{"model":"chat","input":"Hi","max_output_tokens":1,'
+
+
+def _chat_tool(parameters: bytes, name: bytes = b"f") -> bytes:
+    return (
+        b'{"type":"function","function":{"name":"' + name + b'","parameters":' + parameters + b"}}"
+    )
+
+
+def _responses_tool(parameters: bytes, name: bytes = b"f") -> bytes:
+    return b'{"type":"function","name":"' + name + b'","parameters":' + parameters + b"}"
+
+
+def _wide(properties: int) -> bytes:
+    listed = b",".join(b'"p%d":{"type":"string"}' % i for i in range(properties))
+    return b'{"type":"object","properties":{' + listed + b"}}"
+
+
+def tool_depth() -> Iterator[Case]:
+    for depth in (13, 16):  # 13: the least the envelope pushed over; 16: the limit itself
+        chat = CHAT_WITH + b'"tools":[' + _chat_tool(_nested(depth)) + b"]}"
+        yield case(f"tool-depth/chat/{depth}", post("/v1/chat/completions", chat), 200)
+        two = b",".join([_chat_tool(_nested(depth)), _chat_tool(_nested(depth), b"g")])
+        both = CHAT_WITH + b'"tools":[' + two + b'],"tool_choice":"required"}'
+        yield case(f"tool-depth/chat-two-tools/{depth}", post("/v1/chat/completions", both), 200)
+        answer = b'"text":{"format":{"type":"json_schema","name":"a","schema":%s}},' % (
+            _nested(depth)
+        )
+        responses = RESPONSES_WITH + answer + b'"tools":[' + _responses_tool(_nested(depth)) + b"]}"
+        yield case(f"tool-depth/responses/{depth}", post("/v1/responses", responses), 200)
+    over = CHAT_WITH + b'"tools":[' + _chat_tool(_nested(17)) + b"]}"
+    yield case(
+        "tool-depth/chat/17",
+        post("/v1/chat/completions", over),
+        400,
+        "tools.0.function.parameters",
+        "nests deeper than zest's limit of 16 levels",
+    )
+    over = RESPONSES_WITH + b'"tools":[' + _responses_tool(_nested(17)) + b"]}"
+    yield case(
+        "tool-depth/responses/17",
+        post("/v1/responses", over),
+        400,
+        "tools.0.parameters",
+        "nests deeper than zest's limit of 16 levels",
+    )
+    # Each tool within the subschema limit, together over it: one grammar, counted as one.
+    wide = b",".join(_chat_tool(_wide(1100), b"f%d" % i) for i in range(2))
+    yield case(
+        "tool-depth/chat/subschemas-together",
+        post("/v1/chat/completions", CHAT_WITH + b'"tools":[' + wide + b"]}"),
+        400,
+        "tools",
+        "tools.1.function.parameters.properties.p898: the schema has more than zest's limit of "
+        "2000 subschemas",
+    )
+
+
 # -- routing by content: hostile content and metadata for a task with rules ------------------
 # tests/e2e/routes/hostile.yaml's `routed` task has a rule of every kind, regexes that would
 # backtrack for minutes elsewhere, and model-backed conditions that fail on these inputs.

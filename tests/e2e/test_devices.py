@@ -62,7 +62,7 @@ def test_readiness_names_the_routes_no_device_here_can_serve(bare: Server) -> No
     """A load balancer must not send this server traffic it can only refuse."""
     answer = httpx.get(f"{bare.v1}/ready", timeout=10)
     ready = answer.json()
-    assert (answer.status_code, ready["status"]) == (503, "degraded")
+    assert (answer.status_code, ready["status"]) == (503, "unservable")
     assert ready["ready"] is False
     unservable = ready["unservable_routes"]
     assert sorted(unservable) == ["autocomplete", "summarization"]
@@ -75,7 +75,7 @@ def test_readiness_names_the_routes_no_device_here_can_serve(bare: Server) -> No
 def test_head_readiness_answers_the_status_get_answers(
     request: pytest.FixtureRequest, fixture: str
 ) -> None:
-    """Load balancers probe with HEAD: a degraded server must not look ready to them."""
+    """Load balancers probe with HEAD: an unservable route must not look ready to them."""
     server: Server = request.getfixturevalue(fixture)
     got = httpx.get(f"{server.v1}/ready", timeout=10)
     headed = httpx.head(f"{server.v1}/ready", timeout=10)

@@ -38,6 +38,8 @@ TASK_OF = {
     "/completions": "autocomplete",
     "/embeddings": "embed",
     "/tasks": "chat",
+    "/messages": "chat",
+    "/messages/count_tokens": "chat",
 }
 CHECKS = [
     status_code_conformance,

@@ -21,7 +21,9 @@ from tests.e2e.hostile_corpus import (
     hostile_strings,
     plain_refusals,
     routing_abuse,
+    tool_depth,
 )
+from tests.e2e.hostile_dialects import anthropic_cases, mcp_cases
 from tests.e2e.hostile_http import body_limit, headers, methods, paths
 from tests.e2e.rawhttp import Reply, send
 
@@ -33,10 +35,13 @@ CORPUS: list[Case] = [
     *grammar_bombs(),
     *plain_refusals(),
     *routing_abuse(),
+    *tool_depth(),
     *paths(),
     *methods(),
     *headers(),
     *body_limit(),
+    *anthropic_cases(),
+    *mcp_cases(),
 ]
 CLIENTS = 4  # requests in flight at once: the corpus is sent as a few busy clients would
 

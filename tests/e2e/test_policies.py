@@ -152,7 +152,7 @@ def routes_file(tmp_path_factory: pytest.TempPathFactory, upstream_proxy: Proxy)
 def zest(tmp_path_factory: pytest.TempPathFactory, routes_file: Path) -> Iterator[Server]:
     # debug: the most talkative log level, so that the privacy test greps everything
     env = {"ZEST_LOG_LEVEL": "debug", "ZEST_EMULATE_DEVICES": "", "ZEST_PRIVACY": "standard"}
-    # private-npu can never run here: readiness stays 503 (degraded) once the start is done.
+    # private-npu can never run here: readiness stays 503 (unservable) once the start is done.
     running = start_server(
         routes_file, tmp_path_factory.mktemp("zest") / "zest.log", env, until="warm"
     )
@@ -591,7 +591,36 @@ def test_zest_explain_prints_the_policies_and_strict_privacy(routes_file: Path) 
         "attempt 1: smollm2 on cpu: fallback 1 (smollm2): device cpu pinned by the fallback entry",
         "  budget: fits (up to 4 tokens of answer)",
         "removed: remote: ZEST_PRIVACY=strict: no remote engine may be reached",
+        "answer: 200 from attempt 1, smollm2 on cpu",
     ]
+
+
+def test_explain_request_answers_what_the_server_answers_for_one_long_message(
+    zest: Server, routes_file: Path, tmp_path: Path
+) -> None:
+    """The issue's case: one message over the route's max_prompt_tokens, trim by turns. The
+    server answers 400 (the only turn cannot be dropped); explain said 'trimmed ... about N
+    cut'. Now `zest explain --request` prints the server's own answer."""
+    request = {"messages": [{"role": "user", "content": LONG}]}
+    served = post(zest, "trimmed", request)
+    assert served.status_code == 400, served.text
+    error = served.json()["error"]
+    assert "cannot be trimmed to the limit of 120" in error["message"]
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps(request))
+    result = subprocess.run(
+        [str(ZEST), "explain", "trimmed", "--request", str(body), "--routes", str(routes_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        check=False,
+        env={**os.environ, "ZEST_EMULATE_DEVICES": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    budget, answer = result.stdout.splitlines()[-2:]
+    assert budget == f"  budget: rejected (400 context_length_exceeded): {error['message']}"
+    assert answer == f"answer: 400 context_length_exceeded: {error['message']}"
 
 
 def test_the_model_list_says_a_remote_route_goes_to_its_upstream(zest: Server) -> None:

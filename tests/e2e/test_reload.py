@@ -341,7 +341,7 @@ def test_readiness_is_503_while_a_route_cannot_be_served(tmp_path: Path) -> None
     server = start_server(routes, tmp_path / "zest.log", {"ZEST_EMULATE_DEVICES": ""}, until="warm")
     try:
         ready = httpx.get(f"{server.v1}/ready", timeout=10)
-        assert (ready.status_code, ready.json()["status"]) == (503, "degraded")
+        assert (ready.status_code, ready.json()["status"]) == (503, "unservable")
         assert httpx.head(f"{server.v1}/ready", timeout=10).status_code == 503
         assert ready.json()["unservable_routes"] == {
             "broken": f"model 'cut': cannot load {broken}: the file is cut short: its 272 "

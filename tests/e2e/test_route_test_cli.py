@@ -334,7 +334,9 @@ def test_explain_a_request_shows_its_decision_then_the_chosen_routes_plan(tmp_pa
         "  regex: '\\bError\\b': true",  # as the file writes it
     ]
     assert lines[4].startswith("task chat-coder: chat route, model junk (llamacpp)")
-    assert lines[-2].startswith("attempt 1: junk on cpu: ")
+    assert lines[-3].startswith("attempt 1: junk on cpu: ")
+    assert lines[-2].endswith("its model's file could not be read: the attempt will not load)")
+    assert lines[-1] == "answer: 200 from attempt 1, junk on cpu"  # if every engine loads
     as_json = zest("explain", "chat", "--request", str(body), "--routes", str(routes), "--json")
     explained = json.loads(as_json.stdout)
     assert explained["decision"]["route_to"] == explained["task"] == "chat-coder"

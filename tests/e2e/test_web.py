@@ -106,6 +106,25 @@ def opened(browser: Browser, emulated: Server) -> Iterator[Opened]:
     page.page.close()
 
 
+def test_the_status_shows_usage_by_client_task_and_model(
+    browser: Browser, emulated: Server
+) -> None:
+    """An open loopback server shows everyone's usage (GET /v1/usage); a request made before
+    the page opens is in it, counted for the caller `anonymous` (no named client)."""
+    body = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=120).status_code == 200
+    page = Opened(browser, emulated)
+    try:
+        row = page.page.locator("#usage tbody tr", has_text="anonymous")
+        row.first.wait_for()
+        cells = row.first.locator("td").all_text_contents()
+        assert cells[:3] == ["anonymous", "chat", "smollm2"]
+        assert int(cells[3].split(" / ")[0]) >= 1  # requests in the last minute
+        assert page.problems == []
+    finally:
+        page.page.close()
+
+
 def test_the_status_shows_readiness_devices_emulated_ones_labelled_and_models(
     opened: Opened,
 ) -> None:

@@ -65,6 +65,21 @@ def test_greedy_hybrid_output_equals_one_context(
     assert split[-1].finish_reason == alone[-1].finish_reason
 
 
+def test_an_answer_of_one_token_is_delivered_at_once(engines: tuple[Engine, Engine]) -> None:
+    """max_tokens 1: the sequence is done when the decode stage admits it, and retired there;
+    its deltas went out only with the next handoff, so a lone request waited forever (found
+    by tests/e2e/test_explain_serves.py). The bound is a hang's, not a speed."""
+    _, hybrid = engines
+
+    async def one_token() -> list[Delta]:
+        return await asyncio.wait_for(
+            stream_all(hybrid, job_for(hybrid, PROMPTS[1], max_tokens=1)), timeout=120
+        )
+
+    deltas = asyncio.run(one_token())
+    assert (deltas[-1].finish_reason, deltas[-1].completion_tokens) == ("length", 1)
+
+
 def test_the_handoff_is_measured_and_labelled(engines: tuple[Engine, Engine]) -> None:
     _, hybrid = engines
     deltas = collect(hybrid, job_for(hybrid, PROMPTS[1], max_tokens=12))

@@ -110,12 +110,19 @@ async function refreshReadiness() {
 
 function showReadiness(ready) {
   const badge = $("readiness");
-  badge.textContent = ready.ready ? "ready" : ready.status;
-  badge.className = `badge ${ready.ready ? "ok" : ready.status === "loading" ? "warn" : "bad"}`;
-  $("ready-text").textContent = ready.ready
+  badge.textContent = ready.status;
+  const warn = ready.status === "loading" || ready.status === "degraded";
+  badge.className = `badge ${ready.status === "ready" ? "ok" : warn ? "warn" : "bad"}`;
+  $("ready-text").textContent = ready.status === "ready"
     ? "Every route can be served."
-    : `Not ready (${ready.status}).`;
+    : ready.ready
+      ? "Every route serves; some routing rules take their on_error path."
+      : `Not ready (${ready.status}).`;
   const problems = Object.entries(ready.unservable_routes || {}).map(([task, why]) => el("li", {}, `${task}: ${why}`));
+  for (const [task, lost] of Object.entries(ready.degraded_rules || {})) {
+    const rules = lost.rules.map((r) => `${r.task}.${r.rule}`).join(", ");
+    problems.push(el("li", {}, `${task} (${lost.models.join(", ")}; rules ${rules}): ${lost.reason}`));
+  }
   for (const error of ready.preload_errors || []) problems.push(el("li", {}, error));
   $("unservable").replaceChildren(...problems);
 }
@@ -132,7 +139,31 @@ async function refreshStatus() {
   ]));
   $("no-models").hidden = info.loaded.length > 0;
   showRoutesFile(routes);
+  await refreshUsage();
   return routes;
+}
+
+// Requests and tokens by client, task and model (GET /v1/usage): everyone's for the admin key,
+// a client's own for its key; a key of ZEST_API_KEYS reads none (403).
+async function refreshUsage() {
+  const answer = await call("/v1/usage");
+  if (answer.status === 403) {
+    fillRows($("usage").tBodies[0], []);
+    $("usage-note").textContent = "Usage is shown to the admin key, and to each named client its own.";
+    return;
+  }
+  const usage = await answer.json();
+  const windows = (row, field) => ["minute", "hour", "day"].map((w) => row[w][field]).join(" / ");
+  fillRows($("usage").tBodies[0], usage.data.map((row) => [
+    row.client, row.task, row.model, windows(row, "requests"), windows(row, "total_tokens"),
+  ]));
+  const clients = Object.entries(usage.clients).map(([name, c]) => {
+    const set = Object.entries(c.limits).filter(([, v]) => v !== null).map(([k, v]) => `${k} ${v}`);
+    return `${name}: ${c.running} running${set.length ? ` (${set.join(", ")})` : ""}`;
+  });
+  $("usage-note").textContent = usage.data.length || clients.length
+    ? clients.join("; ")
+    : "No request yet.";
 }
 
 function countdown(index) {

@@ -44,8 +44,20 @@ def test_a_prompt_starts_in_the_free_slot_that_holds_most_of_it() -> None:
     prefixes.release(2, keep=True)
     assert prefixes.choose(prompt(7), free=[0, 1, 2, 3]) == 2
     assert prefixes.reuse(prompt(7), 2) == len(SYSTEM)
-    # The rest of the old prompt goes; nothing was copied from anywhere.
-    assert streams.calls == [("cut", 2, 0), ("cut", 2, len(SYSTEM))]
+    # The answer went when the request ended (only the prompt is kept), the rest of the old
+    # prompt goes now; nothing was copied from anywhere.
+    assert streams.calls == [("cut", 2, 0), ("cut", 2, len(first)), ("cut", 2, len(SYSTEM))]
+
+
+def test_a_slot_keeps_its_prompt_and_nothing_of_its_answer() -> None:
+    prefixes, streams = cache()
+    first = prompt(1, 2, 3)
+    prefixes.reuse(first, 0)
+    prefixes.hold(first, 0)
+    streams.calls.clear()
+    prefixes.release(0, keep=True)  # its stream holds the prompt and the answer after it
+    assert streams.calls == [("cut", 0, len(first))]
+    assert prefixes.kept() == {0: len(first)}
 
 
 def test_without_a_shared_prefix_an_empty_slot_goes_before_a_warm_one() -> None:

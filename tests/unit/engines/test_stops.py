@@ -43,3 +43,19 @@ def test_nothing_after_a_stop() -> None:
     matcher.feed("hi!")
     assert matcher.feed("more") == ""
     assert matcher.flush() == ""
+
+
+def test_the_matcher_names_the_stop_that_ended_the_text() -> None:
+    """Anthropic's stop_sequence says which of the request's stops ended the answer."""
+    matcher = StopMatcher(("END", "\n\n", "STOP"))
+    assert matcher.matched is None
+    assert matcher.feed("abc\n") == "abc"
+    assert matcher.feed("\nEND") == ""
+    assert matcher.matched == "\n\n"  # it completed first
+    ended = StopMatcher(("b", "ab"))
+    assert ended.feed("xab") == "x"
+    assert ended.matched == "ab"  # at equal ends, the longer stop
+    never = StopMatcher(("END",))
+    never.feed("abc")
+    never.flush()
+    assert never.matched is None

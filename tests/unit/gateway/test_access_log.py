@@ -115,3 +115,30 @@ def test_other_scopes_pass_through_unlogged(caplog: pytest.LogCaptureFixture) ->
     asyncio.run(AccessLog(lifespan)({"type": "lifespan"}, nothing, nothing))
     assert seen == ["lifespan"]
     assert not [r for r in caplog.records if r.name == "zest.access"]
+
+
+def test_the_line_names_the_dialect_of_the_endpoint_that_answered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The handler's opt names its dialect (the router puts the handler in the scope the
+    access log wrapped); an endpoint that names none speaks OpenAI's; no endpoint: `-`."""
+    from litestar import Litestar, get
+    from litestar.testing import TestClient
+
+    from zest.gateway.http._dialect import DIALECT, Dialect
+
+    @get("/plain", sync_to_thread=False)
+    def plain() -> str:
+        return "ok"
+
+    @get("/other", opt={DIALECT: Dialect("other")}, sync_to_thread=False)
+    def other() -> str:
+        return "ok"
+
+    caplog.set_level(logging.INFO, logger="zest.access")
+    app = Litestar([plain, other], logging_config=None)
+    with TestClient(AccessLog(app)) as client:  # type: ignore[arg-type]
+        for path in ("/plain", "/other", "/nowhere"):
+            client.get(path)
+    lines = [r.getMessage() for r in caplog.records if r.name == "zest.access"]
+    assert [line.split('" ')[1].split()[2] for line in lines] == ["openai", "other", "-"]

@@ -60,7 +60,7 @@ class Choices:
         return self.drain.in_flight, cancelled, sorted(self.closed), sorted(self.stopped_waiting)
 
 
-async def route_to_itself(runtime: Any, name: str, *_: Any) -> Routed:
+async def route_to_itself(runtime: Any, name: str, *_: Any, **__: Any) -> Routed:
     """Routing without a routes table: the task serves itself (as a task without rules)."""
     return Routed(name, RouteConfig(kind="chat", model="m"), Decision(name, None), ruled=False)
 

@@ -117,12 +117,22 @@ def test_a_finished_request_moves_every_request_counter() -> None:
     assert body["usage"]["completion_tokens"] == 3
     served = {"task": "chat", "model": "m", "device": "cpu"}
     scraped = samples(metrics)
-    assert value(scraped, "zest_requests_total", **served, outcome="ok") == 1
+    assert (
+        value(
+            scraped,
+            "zest_requests_total",
+            **served,
+            outcome="ok",
+            dialect="openai",
+            client="anonymous",
+        )
+        == 1
+    )
     assert value(scraped, "zest_time_to_first_token_seconds_count", **served) == 1
     assert value(scraped, "zest_inter_token_latency_seconds_count", **served) == 2
-    assert value(scraped, "zest_prompt_tokens_total", **served) == 3
+    assert value(scraped, "zest_prompt_tokens_total", **served, client="anonymous") == 3
     assert value(scraped, "zest_cached_prompt_tokens_total", **served) == 1
-    assert value(scraped, "zest_completion_tokens_total", **served) == 3
+    assert value(scraped, "zest_completion_tokens_total", **served, client="anonymous") == 3
     stage = "zest_pipeline_stage_seconds_count"
     assert value(scraped, stage, stage="prefill", device="npu(emulated)") == 1
     assert value(scraped, stage, stage="handoff", device="npu(emulated)->gpu(emulated)") == 1
@@ -187,6 +197,8 @@ def test_a_failure_before_the_first_token_counts_with_its_code_and_attempt() -> 
             model="m",
             device="npu(emulated)",
             outcome="device_unavailable",
+            dialect="openai",
+            client="anonymous",
         )
         == 1
     )
@@ -208,7 +220,16 @@ def test_a_request_that_falls_back_then_succeeds_counts_the_fallback_and_the_tri
     assert value(scraped, "zest_fallbacks_total", task="chat", reason="load_error") == 1
     assert value(scraped, "zest_trimmed_tokens_total", task="chat", strategy="turns") == 30
     assert (
-        value(scraped, "zest_requests_total", task="chat", model="m", device="cpu", outcome="ok")
+        value(
+            scraped,
+            "zest_requests_total",
+            task="chat",
+            model="m",
+            device="cpu",
+            outcome="ok",
+            dialect="openai",
+            client="anonymous",
+        )
         == 1
     )
 
@@ -221,10 +242,11 @@ def test_a_stream_that_fails_after_it_began_is_a_stream_error() -> None:
     assert json.loads(events[-1].removeprefix(b"data: "))["error"]["type"] == "engine_error"
     scraped = samples(metrics)
     served = {"task": "chat", "model": "m", "device": "cpu"}
-    assert value(scraped, "zest_requests_total", **served, outcome="stream_error") == 1
+    ended = {"outcome": "stream_error", "dialect": "openai", "client": "anonymous"}
+    assert value(scraped, "zest_requests_total", **served, **ended) == 1
     assert value(scraped, "zest_time_to_first_token_seconds_count", **served) == 1
     assert value(scraped, "zest_inter_token_latency_seconds_count", **served) == 1
-    assert value(scraped, "zest_completion_tokens_total", **served) == 0
+    assert value(scraped, "zest_completion_tokens_total", **served, client="anonymous") == 0
 
 
 def test_a_stream_closed_before_its_end_is_a_client_disconnect() -> None:
@@ -248,6 +270,8 @@ def test_a_stream_closed_before_its_end_is_a_client_disconnect() -> None:
             model="m",
             device="cpu",
             outcome="client_disconnected",
+            dialect="openai",
+            client="anonymous",
         )
         == 1
     )
@@ -379,6 +403,7 @@ def test_two_apps_in_one_process_keep_their_own_counts() -> None:
     first, second = Metrics(), Metrics()
     first.begin("chat").failed(BadRequestError("x"))
     labels = {"task": "chat", "model": "none", "device": "none", "outcome": "bad_request"}
+    labels |= {"dialect": "openai", "client": "anonymous"}
     assert value(samples(first), "zest_requests_total", **labels) == 1
     assert value(samples(second), "zest_requests_total", **labels) == 0
 
@@ -503,6 +528,7 @@ def test_each_request_of_a_task_with_rules_counts_the_rule_that_chose_its_route(
         for name, labels in scraped
     )
     failed = {"model": "m", "device": "cpu", "outcome": "model_not_available"}
+    failed |= {"dialect": "openai", "client": "anonymous"}
     assert value(scraped, "zest_requests_total", task="chat", **failed) == 3
 
 

@@ -67,7 +67,7 @@ def test_a_route_whose_models_have_broken_files_is_unservable_from_the_start(
     cut.write_bytes(SMOLLM2.read_bytes()[:3_000_000])
     started = warm(runtime(strict=False, source=cut))
     readiness = started.readiness()
-    assert (readiness.ready, readiness.status) == (False, "degraded")
+    assert (readiness.ready, readiness.status) == (False, "unservable")
     why = (
         f"model 'local': cannot load {cut}: the file is cut short: its 272 tensors end at byte "
         "98,362,432 but it holds 3,000,000 bytes (an interrupted download?): fetch it again"
@@ -85,3 +85,77 @@ def test_a_missing_model_file_is_named_with_the_fix(tmp_path: Path) -> None:
         f"model file not found: {tmp_path / 'gone.gguf'}: copy the model there or fix the "
         "source path"
     )
+
+
+RULES = """\
+version: 1
+lifecycle: {preload: []}
+models:
+  local: {engine: llamacpp, source: 'SOURCE'}
+  minilm: {engine: llamacpp, source: 'EMBEDDER', options: {embedding: true}}
+  judge: {engine: llamacpp, source: 'CLASSIFIER'}
+phrases:
+  code: [my function raises an exception]
+routes:
+  chat:
+    kind: chat
+    model: local
+    device: cpu
+    rules:
+      - id: code
+        when: {similar_to: {via: embed, label: code, min_score: 0.5}}
+        to: coder
+      - id: math
+        when:
+          any:
+            - {classify: {via: classifier, labels: [math, other], label: math, prompt: 'Subject: '}}
+            - {similar_to: {via: embed, label: code, min_score: 0.9}}
+        to: coder
+  coder: {kind: chat, model: local, device: cpu}
+  embed: {kind: embedding, model: minilm, device: cpu}
+  classifier: {kind: completion, model: judge, device: cpu}
+"""
+
+
+def rules_runtime(embedder: Path, classifier: Path = SMOLLM2) -> Runtime:
+    text = (
+        RULES.replace("SOURCE", str(SMOLLM2))
+        .replace("EMBEDDER", str(embedder))
+        .replace("CLASSIFIER", str(classifier))
+    )
+    routes = LoadedRoutes(parse_routes(text, "routes.yaml"), Path("/srv/routes.yaml"))
+    return Runtime(routes, CPU)
+
+
+def test_a_model_only_rules_run_degrades_readiness_but_keeps_it_200(tmp_path: Path) -> None:
+    """Every route still serves its own requests (the rules take their on_error path): the
+    replica stays in its balancer, and says which model and which rules are short."""
+    gone = tmp_path / "minilm.gguf"
+    readiness = warm(rules_runtime(gone)).readiness()
+    assert (readiness.ready, readiness.status, readiness.unservable) == (True, "degraded", {})
+    assert readiness.rules_degraded == {
+        "embed": {
+            "reason": f"model file not found: {gone}: copy the model there or fix the source path",
+            "models": ["minilm"],
+            "rules": [{"task": "chat", "rule": "code"}, {"task": "chat", "rule": "math"}],
+        }
+    }
+
+
+def test_a_route_that_cannot_serve_its_own_requests_is_still_503(tmp_path: Path) -> None:
+    """The classifier's model also serves a route of its own here: that route is unservable."""
+    gone = tmp_path / "judge.gguf"
+    text = RULES.replace("  coder: {kind: chat, model: local", "  coder: {kind: chat, model: judge")
+    routes = LoadedRoutes(
+        parse_routes(
+            text.replace("SOURCE", str(SMOLLM2))
+            .replace("EMBEDDER", str(SMOLLM2))
+            .replace("CLASSIFIER", str(gone)),
+            "routes.yaml",
+        ),
+        Path("/srv/routes.yaml"),
+    )
+    readiness = warm(Runtime(routes, CPU)).readiness()
+    assert (readiness.ready, readiness.status) == (False, "unservable")
+    assert list(readiness.unservable) == ["coder"]
+    assert list(readiness.rules_degraded) == ["classifier"]

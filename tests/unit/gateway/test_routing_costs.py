@@ -6,14 +6,17 @@ generation instead of leaving it running."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from zest.engines import Embeddings, Inventory, Prompt, Tokenizer
+from tests.unit.gateway.generations import generation
+from zest.engines import Delta, Embeddings, Inventory, Prompt, Tokenizer
 from zest.gateway.serving import (
     ChatMessage,
     ChatRequest,
@@ -25,7 +28,18 @@ from zest.gateway.serving import (
 )
 from zest.gateway.serving._conditions import ServingConditions
 from zest.gateway.serving._routing import ConditionQuery, RoutingOracle
-from zest.router import Classify, Device, LoadedRoutes, SimilarTo, parse_routes
+from zest.router import (
+    Classify,
+    Condition,
+    Decision,
+    Device,
+    LoadedRoutes,
+    RouteInput,
+    Rule,
+    SimilarTo,
+    decide,
+    parse_routes,
+)
 
 ROUTES = """\
 version: 1
@@ -181,3 +195,92 @@ def test_a_classifier_that_times_out_has_its_generation_stopped(
     found = asyncio.run(RoutingOracle().resolve(query(condition, "def f(): pass")))
     assert found.error == "timed out after 0.05 s"
     assert stopped == [True]
+
+
+def classify_answering(
+    monkeypatch: pytest.MonkeyPatch, *deltas: Delta
+) -> tuple[list[Any], Classify]:
+    """A classifier whose generation answers `deltas`; the bodies it was asked with."""
+    asked: list[Any] = []
+
+    async def start_generation(*_: Any, body: Any, **__: Any) -> Any:
+        asked.append(body)
+
+        async def rest() -> AsyncIterator[Delta]:
+            for delta in deltas[1:]:
+                yield delta
+
+        return generation(rest(), first=deltas[0])
+
+    monkeypatch.setattr(_generation, "start_generation", start_generation)
+    condition = Classify(
+        via="classifier",
+        labels=("code", "prose", "ça-va"),
+        prompt="Code?",
+        label="code",
+        on_error="default_label",
+        default_label="prose",
+    )
+    return asked, condition
+
+
+@pytest.mark.parametrize(
+    ("deltas", "why"),
+    [
+        (
+            (Delta('"co'), Delta("", finish_reason="length")),
+            "cut at its max_tokens: `zest check` says how far to raise "
+            "routes.classifier.max_tokens",
+        ),
+        (
+            (Delta('"co', finish_reason="stop"),),
+            "it stopped inside a label: does routes.classifier.sampling.stop hold part of one?",
+        ),
+    ],
+    ids=["max-tokens", "stop"],
+)
+def test_a_cut_label_is_an_error_that_on_error_decides(
+    monkeypatch: pytest.MonkeyPatch, deltas: tuple[Delta, ...], why: str
+) -> None:
+    """issue 32: json.loads of the cut answer was a 500; now the condition errs, the trace
+    says so, and on_error decides (here: default_label)."""
+    _, condition = classify_answering(monkeypatch, *deltas)
+    found = asyncio.run(RoutingOracle().resolve(query(condition, "def f(): pass")))
+    assert found.error == f"the classifier's answer '\"co' is none of its labels ({why})"
+    rules = (Rule(id="code", when=Condition(classify=condition), to="chat-long"),)
+    decision = decide("chat", rules, RouteInput("def f(): pass"), {condition: found})
+    assert isinstance(decision, Decision)
+    assert (decision.route_to, decision.default_used) == ("chat", True)  # label prose: no match
+    [entry] = decision.trace
+    assert (entry.result, entry.error, entry.label) == (False, found.error, "prose")
+
+
+def test_a_whole_label_is_read_and_its_max_tokens_sized_from_the_longest_label(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked, condition = classify_answering(
+        monkeypatch, Delta('"ça-va"'), Delta("", finish_reason="length")
+    )
+    found = asyncio.run(RoutingOracle().resolve(query(condition, "def f(): pass")))
+    assert (found.label, found.error) == ("ça-va", None)  # whole, though max_tokens was reached
+    # '"ça-va"' is 8 bytes in UTF-8, the most tokens any tokenizer may write it in.
+    assert [body.max_tokens for body in asked] == [8]
+
+
+def test_a_condition_that_times_out_writes_its_access_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def start_generation(*_: Any, **__: Any) -> Any:
+        await asyncio.Event().wait()  # never starts
+
+    monkeypatch.setattr(_generation, "start_generation", start_generation)
+    condition = Classify(
+        via="classifier", labels=("code", "other"), prompt="Code?", label="code", timeout_s=0.05
+    )
+    asked = replace(query(condition, "def f(): pass"), request_id="req_1")
+    with caplog.at_level(logging.INFO, logger="zest.access"):
+        asyncio.run(RoutingOracle().resolve(asked))
+    [line] = [r.getMessage() for r in caplog.records if r.name == "zest.access"]
+    assert re.fullmatch(
+        r'routing - "CLASSIFY classifier" 504 req_1 0\.\d{3}s \(timed out after 0\.05 s\)', line
+    ), line

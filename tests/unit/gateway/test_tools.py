@@ -181,3 +181,61 @@ def test_history_is_written_in_the_form_the_model_answers_in() -> None:
 def test_only_an_assistant_turn_that_calls_tools_may_have_no_content() -> None:
     with pytest.raises(ValueError, match="a user message needs content"):
         ChatMessage.model_validate({"role": "user", "content": None})
+
+
+def nested(depth: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def tool(name: str, parameters: dict[str, Any]) -> Tool:
+    return Tool.model_validate(
+        {"type": "function", "function": {"name": name, "parameters": parameters}}
+    )
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", "one"])
+def test_parameters_at_the_depth_limit_are_constrained_whatever_the_envelope_adds(
+    choice: str,
+) -> None:
+    """issue 32: parameters 13 to 16 deep were a 500 (the envelope's levels were counted
+    against the client's 16) that leaked the request's slot."""
+    tools = [tool("one", nested(16)), tool("two", nested(16))]
+    picked: Any = choose("one") if choice == "one" else choice
+    use = tool_use_for(tools, picked, nested(16))
+    assert use is not None
+    constraint = use.response_format().constraint()
+    assert constraint is not None
+    # Each tool called, and (auto) the client's answer format beside the calls.
+    expected = {"auto": 3, "required": 2, "one": 1}[choice]
+    assert json.dumps(constraint).count(json.dumps(nested(16))) == expected
+
+
+def test_the_tools_together_are_bounded_as_the_one_grammar_they_make() -> None:
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(1100)}}
+    with pytest.raises(BadRequestError) as refused:
+        tool_use_for([tool("one", wide), tool("two", wide)], "auto", None)
+    assert refused.value.param == "tools"
+    assert refused.value.message == (
+        "tools.1.function.parameters.properties.p898: the schema has more than zest's limit of "
+        "2000 subschemas: split the task or simplify it (zest's limits: "
+        "docs/structured-outputs.md) (the tools' parameters and the answer's format are "
+        "counted together: they make one grammar)"
+    )
+
+
+def test_a_responses_request_names_its_own_paths() -> None:
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(1999)}}
+    with pytest.raises(BadRequestError) as refused:
+        tool_use_for(
+            [tool("one", {"type": "object"})],
+            "auto",
+            wide,
+            parameters_at="tools.{index}.parameters",
+            answer_at="text.format.schema",
+        )
+    assert refused.value.message.startswith(
+        "text.format.schema.properties.p1998: the schema has more than zest's limit"
+    )

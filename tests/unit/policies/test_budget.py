@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zest.errors import BadRequestError, ContextLengthExceededError
-from zest.policies import Budget, describe_budget, plan_budget
-from zest.router import RouteConfig
+from zest.policies import Budget, plan_budget
 
 
 def budget(prompt: int, requested: int | None, cap: int = 256, context: int = 1024) -> Budget:
@@ -60,50 +59,11 @@ def test_an_absurd_max_tokens_is_a_bad_request() -> None:
     )
 
 
-# --- what explain says a budget does --------------------------------------------------------
-
-
-def explained(prompt: int, *, window: int | None = 2048, last: bool = True, **route: object) -> str:
-    fields: dict[str, object] = {"kind": "chat", "model": "m", "max_tokens": 256, **route}
-    return describe_budget(
-        task="t",
-        route=RouteConfig.model_validate(fields),
-        prompt_tokens=prompt,
-        context_length=window,
-        last=last,
+def test_a_prompt_that_fills_the_context_is_the_error_whatever_max_tokens_asks() -> None:
+    """Not 'ask for at most -654' (found by tests/e2e/test_explain_serves.py)."""
+    with pytest.raises(ContextLengthExceededError) as info:
+        budget(1500, 10**5)
+    assert info.value.message == (
+        "this model's maximum context length is 1024 tokens, but the prompt is 1500 tokens "
+        "('m'): shorten the messages or the prompt"
     )
-
-
-def test_explain_says_a_prompt_fits_and_how_much_answer_it_leaves() -> None:
-    assert explained(100) == "fits (up to 256 tokens of answer)"
-    assert explained(1900) == "fits, but the context of 2048 leaves only 148 tokens of answer"
-    assert explained(100, window=None) == (
-        "fits (up to 256 tokens of answer; the upstream's undeclared context has the last word)"
-    )
-
-
-def test_explain_says_a_prompt_over_the_limit_is_rejected_with_the_numbers() -> None:
-    assert explained(851, **{"context": {"max_prompt_tokens": 200}}) == (
-        "rejected (400 context_length_exceeded): 851 tokens, over the limit of 200 "
-        "(routes.t.context.max_prompt_tokens)"
-    )
-    assert explained(5000) == (
-        "rejected (400 context_length_exceeded): 5000 tokens, over the limit of 2047 (a context "
-        "of 2048 tokens)"
-    )
-
-
-def test_explain_says_how_much_trimming_cuts() -> None:
-    assert explained(3000, context={"on_overflow": "trim"}) == (
-        "trimmed (turns): 3000 tokens, over the limit of 1792 (a context of 2048 tokens less 256 "
-        "for the completion): about 1208 cut"
-    )
-
-
-def test_explain_says_an_overflow_moves_on_unless_it_is_the_last_attempt() -> None:
-    fallback = {"context": {"on_overflow": "fallback"}, "fallback": [{"model": "n"}]}
-    assert explained(5000, last=False, **fallback) == (
-        "moves on to the next attempt: 5000 tokens, over the limit of 2047 (a context of 2048 "
-        "tokens)"
-    )
-    assert explained(5000, last=True, **fallback).startswith("rejected (400 ")

@@ -45,7 +45,7 @@ def test_a_misspelt_route_key_suggests_the_right_one() -> None:
     text = VALID.replace("model: smollm2}", "model: smollm2, devcie: cpu}")
     assert problems(text) == [
         "routes.yaml: routes.chat.devcie: unknown key 'devcie': did you mean 'device'? "
-        "(allowed: allow_cpu, context, description, device, examples, fallback, "
+        "(allowed: allow_cpu, cache, context, description, device, examples, fallback, "
         "hybrid_min_prompt_tokens, "
         "kind, max_tokens, model, on_failure, phrases, priority, privacy, response_format, rules, "
         "sampling, slo, speculative, system_prompt, timeouts, tools)"
@@ -120,10 +120,10 @@ def test_schema_and_cross_reference_problems_come_in_one_pass() -> None:
         "routes.yaml: models.broken.context_length: input should be a valid integer, unable to "
         "parse string as an integer, got 'many'",
         "routes.yaml: routes.chat.max_tokns: unknown key 'max_tokns': did you mean "
-        "'max_tokens'? (allowed: allow_cpu, context, description, device, examples, fallback, "
-        "hybrid_min_prompt_tokens, kind, max_tokens, model, on_failure, phrases, priority, "
-        "privacy, response_format, rules, sampling, slo, speculative, system_prompt, timeouts, "
-        "tools)",
+        "'max_tokens'? (allowed: allow_cpu, cache, context, description, device, examples, "
+        "fallback, hybrid_min_prompt_tokens, kind, max_tokens, model, on_failure, phrases, "
+        "priority, privacy, response_format, rules, sampling, slo, speculative, system_prompt, "
+        "timeouts, tools)",
         "routes.yaml: routes.autocomplete.model: unknown model 'smolm2' (known: smollm2)",
         "routes.yaml: routes.summarization.fallback.0.model: unknown model 'smollm3' "
         "(known: smollm2)",

@@ -33,9 +33,10 @@ def test_a_typo_does_not_hide_an_unknown_model_or_target_in_the_same_route() -> 
         "    rules: [{id: code, when: {keywords_any: [def]}, to: elsewhere}]\n"
     ) == [
         "routes.chat.max_tokns: unknown key 'max_tokns': did you mean 'max_tokens'? (allowed: "
-        "allow_cpu, context, description, device, examples, fallback, hybrid_min_prompt_tokens, "
-        "kind, max_tokens, model, on_failure, phrases, priority, privacy, response_format, "
-        "rules, sampling, slo, speculative, system_prompt, timeouts, tools)",
+        "allow_cpu, cache, context, description, device, examples, fallback, "
+        "hybrid_min_prompt_tokens, kind, max_tokens, model, on_failure, phrases, priority, "
+        "privacy, response_format, rules, sampling, slo, speculative, system_prompt, timeouts, "
+        "tools)",
         "routes.chat.model: unknown model 'smal' (known: small, spare)",
         "routes.chat.rules.0.to: unknown route 'elsewhere' (known: chat, other)",
     ]

@@ -171,3 +171,48 @@ def test_an_image_rule_whose_target_cannot_read_images_is_warned_of() -> None:
         "request this rule sends there (has_images) is answered 503 (no attempt left to serve "
         "it)",
     ]
+
+
+def classifying(labels: str, classifier: str = "") -> str:
+    """A chat route classifying by `labels` with a completion route of its own (`classifier`:
+    more of its keys)."""
+    return f"""  classifier: {{kind: completion, model: small{classifier}}}
+  chat:
+    kind: chat
+    model: small
+    rules:
+      - id: code
+        when:
+          classify: {{via: classifier, labels: {labels}, label: code, prompt: "Code? {{input}}"}}
+        to: chat-coder
+"""
+
+
+def test_a_label_the_classifier_route_may_cut_is_refused_naming_the_fix() -> None:
+    """issue 32: a label longer than the classifier route's max_tokens allows is cut, and the
+    condition errs on every request: `zest check` says so, with the number to raise it to."""
+    loads(classifying("[code, prose]", ", max_tokens: 7"))  # '"prose"' is 7 bytes
+    assert problems(classifying("[code, other]", ", max_tokens: 6")) == [
+        "routes.yaml: routes.chat.rules.0.when.classify.labels.1: label 'other' may take the "
+        'classifier up to 7 tokens (its answer is the label as JSON, "other", a token a byte '
+        "at worst), over the max_tokens of route 'classifier' (6): a label cut short is an error "
+        "(on_error decides); raise routes.classifier.max_tokens to 7, or shorten the label"
+    ]
+
+
+def test_a_label_holding_a_stop_of_the_classifier_route_is_refused() -> None:
+    chat = classifying('[code, "other code"]', ", sampling: {stop: [' c']}")
+    assert problems(chat) == [
+        "routes.yaml: routes.chat.rules.0.when.classify.labels.1: label 'other code' holds ' c', "
+        "a stop sequence of route 'classifier': its answer would end inside the label; rename "
+        "the label, or remove the stop from routes.classifier.sampling.stop"
+    ]
+
+
+def test_a_label_is_at_most_64_characters() -> None:
+    loads(classifying(f"[code, {'x' * 64}]", ", max_tokens: 66"))
+    [problem] = problems(classifying(f"[code, {'x' * 65}]", ", max_tokens: 67"))
+    assert problem.endswith(
+        "labels.1 is 65 characters, over zest's limit of 64: a label names a class; shorten "
+        "it (the prompt can say what each class means)"
+    ), problem

