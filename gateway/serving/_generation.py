@@ -191,7 +191,7 @@ async def start_choices(
     if caller is not None:
         door = await open_door(runtime, caller, name, kind=kind, body=body, inputs=inputs)
         if door.kept is not None:
-            return door.replayed(name, events)
+            return door.replayed(name, events, Generation)
     try:
         return await _start_choices(
             runtime,
@@ -310,7 +310,7 @@ async def start_generation(
         assert caller is not None
         door = await open_door(runtime, caller, name, kind=kind, body=body, inputs=inputs)
         if door.kept is not None:
-            return door.replayed(name, events)[0]
+            return door.replayed(name, events, Generation)[0]
     if door is not None:
         events = door.observer(events, choice)
     try:
