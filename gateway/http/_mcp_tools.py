@@ -52,11 +52,12 @@ class McpTools:
         return json.dumps([tool.model_dump(mode="json") for tool in self._tools()])
 
     async def list_tools(self, ctx: Any, params: Any) -> Any:
+        """The tools the caller may call: a named client sees only its tasks."""
         from mcp.types import ListToolsResult
 
-        return ListToolsResult(tools=self._tools())
+        return ListToolsResult(tools=self._tools(_caller_of(ctx)))
 
-    def _tools(self) -> list[Any]:
+    def _tools(self, caller: Caller | None = None) -> list[Any]:
         from mcp.types import Tool, ToolAnnotations
 
         config = self.runtime.routes.config
@@ -69,7 +70,7 @@ class McpTools:
                     read_only_hint=True, destructive_hint=False, open_world_hint=_remote(route)
                 ),
             )
-            for task, route in config.routes.items()
+            for task, route in _callable(config, caller).items()
         ]
         listing = Tool(
             name=self.listing_name(config),
@@ -83,11 +84,10 @@ class McpTools:
         """A tool's answer; any failure is an isError result saying what zest would."""
         config = self.runtime.routes.config  # the table of this call, to its end
         name, arguments = params.name, params.arguments or {}
+        caller = _caller_of(ctx)
         if name == self.listing_name(config):
-            return _result(_listing(config))
+            return _result(_listing(config, caller))
         record = self.metrics.begin(name, "mcp")
-        # The caller the app's guard found for the HTTP request that carried this message.
-        caller = caller_in(getattr(getattr(ctx, "request", None), "scope", {}) or {})
         record.client = caller.name
         try:
             return await self._call(name, arguments, config, record, caller)
@@ -109,7 +109,7 @@ class McpTools:
     ) -> Any:
         route = config.routes.get(name)
         if route is None:
-            known = ", ".join([*config.routes, self.listing_name(config)])
+            known = ", ".join([*_callable(config, caller), self.listing_name(config)])
             raise UnknownTaskError(f"unknown tool {shown(name)}: use one of {known} (tools/list)")
         given = _read(tool_input_of(route), arguments)
         if isinstance(given, EmbeddingToolInput):
@@ -170,7 +170,20 @@ def _remote(route: RouteConfig) -> bool:
     return route.privacy == "allow_remote"
 
 
-def _listing(config: RoutesFile) -> dict[str, Any]:
+def _caller_of(ctx: Any) -> Caller:
+    """The caller the app's guard found for the HTTP request that carried this message."""
+    return caller_in(getattr(getattr(ctx, "request", None), "scope", {}) or {})
+
+
+def _callable(config: RoutesFile, caller: Caller | None) -> dict[str, RouteConfig]:
+    """The routes a caller may call (None: all, for the fingerprint of the tools)."""
+    client = caller.client if caller is not None else None
+    if client is None:
+        return dict(config.routes)
+    return {task: route for task, route in config.routes.items() if client.may_call(task)}
+
+
+def _listing(config: RoutesFile, caller: Caller) -> dict[str, Any]:
     tasks = [
         {
             "name": task,
@@ -180,7 +193,7 @@ def _listing(config: RoutesFile) -> dict[str, Any]:
             "device": route.device if config.models[route.model].local else REMOTE_DEVICE.name,
             "description": route.description,
         }
-        for task, route in config.routes.items()
+        for task, route in _callable(config, caller).items()
     ]
     return {"tasks": tasks}
 

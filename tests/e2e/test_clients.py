@@ -259,11 +259,16 @@ def test_mcp_refuses_a_tool_the_client_may_not_call(zest: Server) -> None:
         http = httpx2.AsyncClient(headers={"authorization": f"Bearer {TEAM_C}"}, timeout=120)
         transport = streamable_http_client(f"{zest.base_url}/mcp", http_client=http)
         async with http, Client(transport, mode="legacy") as client:  # type: ignore[arg-type]
+            listed = await client.list_tools()
+            listing = await client.call_tool("list_tasks", {})
             refused = await client.call_tool("summarize", {"messages": HELLO})
             served = await client.call_tool("chat", {"messages": HELLO, "max_tokens": 4})
-            return refused, served
+            return listed, listing, refused, served
 
-    refused, served = asyncio.run(scenario())
+    listed, listing, refused, served = asyncio.run(scenario())
+    # A client is shown only the tasks it may call, in tools/list and in list_tasks.
+    assert sorted(tool.name for tool in listed.tools) == ["chat", "list_tasks", "open"]
+    assert sorted(task["name"] for task in listing.structured_content["tasks"]) == ["chat", "open"]
     assert refused.is_error is True
     assert "client 'team-c' may not call task 'summarize'" in refused.content[0].text
     assert served.is_error is False

@@ -93,7 +93,9 @@ class Opened:
 
     def _console(self, message: ConsoleMessage) -> None:
         if message.type in ("error", "warning"):
-            self.problems.append(f"{message.type}: {message.text}")
+            # A failed load's location is the resource that failed: the test can tell which.
+            where = message.location.get("url", "")
+            self.problems.append(f"{message.type}: {message.text} ({where})")
 
     def tab(self, name: str) -> None:
         self.page.click(f"nav button[data-tab={name}]")
@@ -387,7 +389,15 @@ def test_a_server_with_keys_asks_for_one_and_refuses_a_wrong_one(
         page.reload()  # the key is kept for the tab's session: no second prompt
         page.wait_for_selector("#readiness.ok")
         assert not page.locator("#key-dialog").is_visible()
+        # A key of ZEST_API_KEYS is no named client: usage is refused (403) and the page says why.
+        page.wait_for_function(
+            "document.getElementById('usage-note').textContent.startsWith('Usage is shown')"
+        )
     finally:
         page.close()
-    # The refusals show in the console as the 401s they are, and nothing else does.
-    assert all("401" in problem for problem in opened.problems), opened.problems
+    # The refusals show in the console as the 401s they are, the usage's 403, and nothing else.
+    assert all(
+        "401" in problem or ("403" in problem and "/v1/usage" in problem)
+        for problem in opened.problems
+    ), opened.problems
+    assert any("401" in problem for problem in opened.problems), opened.problems
