@@ -275,6 +275,9 @@ def test_requests_that_leave_while_waiting_preempted_or_prefilling_leave_nothing
         fourth.cancel()  # prefilling
         ended = await asyncio.gather(first, second, third, fourth, return_exceptions=True)
         await until(lambda: scheduler.running == 0, "every slot free")
+        # llama.cpp's own count of the context's cells, taken after the step that dropped
+        # them: none held by a running sequence, none beyond a free slot's kept prompt.
+        await until(lambda: scheduler.kv.running == 0, "the cells counted after that step")
         return saved, ended
 
     try:
@@ -285,6 +288,7 @@ def test_requests_that_leave_while_waiting_preempted_or_prefilling_leave_nothing
         assert runner.pending == 0
         assert runner.waiting == 0
         assert scheduler._free == [0]
+        assert scheduler.kv.stray == 0
         # The model still serves, and whole: a request after them all runs to its end.
         after = asyncio.run(run(runner, job(engine, "Hi", "after", 0, max_tokens=4)))
         assert after[-1].finish_reason is not None
