@@ -57,9 +57,11 @@ class Admission:
 
 @dataclass(eq=False)
 class ChoiceGroup:
-    """Items admitted together: a request's n choices (each a sequence of its own)."""
+    """Items admitted together: a request's n choices (each a sequence of its own), or every
+    answer of a completions batch (its prompts times n, `prompts` > 1)."""
 
     size: int
+    prompts: int = 1
 
 
 class _ServiceRate:
@@ -86,6 +88,15 @@ class _ServiceRate:
 def _check_group(group: ChoiceGroup | None, slots: int, slots_set_by: str | None) -> None:
     if group is None or group.size <= slots or slots_set_by is None:
         return
+    if group.prompts > 1:
+        raise BadRequestError(
+            f"prompt: {group.prompts} prompts with n={group.size // group.prompts} ask for "
+            f"{group.size} answers, which decode together, and this model decodes at most "
+            f"{slots} sequence{'s' if slots > 1 else ''} at once "
+            f"({slots_set_by}): send at most {slots} answers (prompts times n) "
+            "per request",
+            param="prompt",
+        )
     raise BadRequestError(
         f"n: {group.size} choices decode together, and this model decodes at most "
         f"{slots} sequence{'s' if slots > 1 else ''} at once ({slots_set_by}):"

@@ -175,7 +175,7 @@ class BatchScheduler:
     def _submit(self, task: Task) -> None:
         with self._cond:
             if self._closed:
-                task.send(None)
+                task.drop("its engine closed before it started")
                 return
             self._inbox.append(task)
             self._cond.notify()
@@ -213,7 +213,7 @@ class BatchScheduler:
             self._waiting[key] = _Sequence(task, key, since=self.steps)
         if closed:
             for sequence in list(self._waiting.values()):
-                self._drop_waiting(sequence)
+                self._drop_waiting(sequence, why="its engine closed before it started")
         return bool(self._running or self._waiting)
 
     def _state(self) -> StepState:
@@ -419,16 +419,25 @@ class BatchScheduler:
             self._cache.release(seq, keep=keep)
         self._free.append(seq)
 
-    def _drop_waiting(self, sequence: _Sequence, error: BaseException | None = None) -> None:
-        """A waiting request whose client left, or a closing scheduler's: nothing kept."""
+    def _drop_waiting(
+        self,
+        sequence: _Sequence,
+        error: BaseException | None = None,
+        *,
+        why: str = "left before its engine started it",
+    ) -> None:
+        """A waiting request whose client left, or a closing scheduler's: nothing kept. Every
+        job writes its line: one never started says `why`, a preempted one what it drew."""
         del self._waiting[sequence.key]
         sequence.saved = None
         if sequence.sampler is not None:
             sequence.sampler.close()
         if error is not None:
             sequence.task.fail(error)
+        elif sequence.out is None:
+            sequence.task.drop(why)
         else:
-            sequence.task.send(None)
+            self._finish(sequence)
 
     # --- tokens ------------------------------------------------------------------------------
 
@@ -490,6 +499,9 @@ class BatchScheduler:
         if error is not None:
             sequence.task.fail(error)
             return
+        self._finish(sequence)
+
+    def _finish(self, sequence: _Sequence) -> None:
         stats = sequence.stats or StageStats(
             self._device, self._device, (time.perf_counter() - sequence.admitted) * 1000
         )

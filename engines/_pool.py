@@ -453,7 +453,7 @@ def describe(entry: LoadedEngine, now: float, policy: ModelPolicy | None) -> dic
         "last_used_s_ago": round(now - entry.last_used, 3),
         "busy": entry.busy,
         "requests_in_flight": entry.leases,
-        "queued": entry.runner.pending,
+        "queued": entry.runner.waiting,  # for a slot (the running ones: requests_in_flight)
         "pinned": bool(policy and policy.pinned),
         # Its files' SHA-256 (None: a remote model), and whether routes.yaml pins it (then
         # it was verified before the load): equal digests across replicas, equal models.

@@ -175,13 +175,18 @@ class RemoteEngine(Engine):
                 "its prompt may not leave the machine"
             )
         started = time.perf_counter()
-        response = await self._open(job)
+        reader = _Reader(job, started, self.config.base_url, self.config.timeouts.read_s)
         try:
-            reader = _Reader(job, started, self.config.base_url, self.config.timeouts.read_s)
-            async for delta in reader.read(response):
-                yield delta
-        finally:
-            await response.aclose()
+            response = await self._open(job)
+            try:
+                async for delta in reader.read(response):
+                    yield delta
+            finally:
+                await response.aclose()
+        except (asyncio.CancelledError, GeneratorExit):
+            if not reader.logged:  # stopped before its last delta: its line, as a local job's
+                reader.log_line("cancelled", reader.chunks)
+            raise
 
     def _refuse_if_strict(self) -> None:
         if self.strict_privacy:
@@ -404,6 +409,7 @@ class _Reader:
         self.chunks = 0
         self.finish: FinishReason | None = None
         self.usage: dict[str, Any] = {}
+        self.logged = False  # the job's line is written
 
     async def read(self, response: httpx.Response) -> AsyncIterator[Delta]:
         done = False
@@ -433,6 +439,19 @@ class _Reader:
         if not done and self.finish is None:
             raise EngineError(f"upstream {self.url}: the stream ended before it finished")
         yield self._final()
+
+    def log_line(self, finish: str, completion: int, prompt: int | None = None) -> None:
+        """The job's one line, as a local engine writes it."""
+        self.logged = True
+        log.info(
+            "%s: finish=%s prompt_tokens=%s completion_tokens=%d max_tokens=%d seconds=%.3f",
+            self.job.label or "job",
+            finish,
+            prompt if prompt is not None else "unknown",
+            completion,
+            self.job.max_tokens,
+            time.perf_counter() - self.started,
+        )
 
     def _take(self, event: dict[str, Any]) -> str:
         """The text of one event; records finish reason and usage; raises on an error event."""
@@ -470,18 +489,11 @@ class _Reader:
             decode_ms=decode_ms,
             decode_tokens=max(completion - 1, 0),
         )
-        log.info(
-            "%s: finish=%s prompt_tokens=%s completion_tokens=%d max_tokens=%d seconds=%.3f",
-            self.job.label or "job",
-            self.finish or "stop",
-            prompt if prompt is not None else "unknown",
-            completion,
-            self.job.max_tokens,
-            time.perf_counter() - self.started,
-        )
+        self.finish = self.finish or "stop"
+        self.log_line(self.finish, completion, prompt)
         return Delta(
             "",
-            finish_reason=self.finish or "stop",
+            finish_reason=self.finish,
             completion_tokens=completion,
             stats=stats,
             prompt_tokens=int(prompt) if prompt is not None else None,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from zest.engines._admission import Admission, AdmissionQueue, Bound
 from zest.engines._base import Delta, Engine, GenerationJob
+from zest.engines._worker import log_unstarted
 
 __all__ = ["Admission", "Runner"]
 
@@ -96,9 +97,11 @@ class Runner:
         waiter = _Waiter(job)
         self._queue.offer(waiter, job.priority)
         self._admit()
-        served = False
+        served = handed = False
+        offered = time.perf_counter()
         try:
             await waiter.admitted
+            handed = True  # no await before the engine has it: it writes the job's line
             async with aclosing(self.engine.stream(job)) as deltas:
                 async for delta in deltas:
                     yield delta
@@ -108,6 +111,8 @@ class Runner:
                 self._queue.finish(served=served)
             else:
                 waiter.admitted.cancel()  # dropped from the queue when it is next looked at
+            if not handed:  # left while it waited: its line, as the engine writes one
+                log_unstarted(job, time.perf_counter() - offered, "left while waiting for a slot")
             self._admit()
 
     def _admit(self) -> None:

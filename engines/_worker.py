@@ -26,6 +26,7 @@ __all__ = [
     "WaitingRoom",
     "as_engine_error",
     "log_finished",
+    "log_unstarted",
     "stream_task",
 ]
 
@@ -61,6 +62,11 @@ class Task:
 
     def fail(self, exc: BaseException) -> None:
         self.send(as_engine_error(exc))
+        self.send(None)
+
+    def drop(self, why: str) -> None:
+        """End a job that never started: its line (every job has one), then no output."""
+        log_unstarted(self.job, time.perf_counter() - self.started, why)
         self.send(None)
 
 
@@ -133,6 +139,20 @@ def log_finished(job: GenerationJob, delta: Delta, seconds: float) -> None:
     )
 
 
+def log_unstarted(job: GenerationJob, seconds: float, why: str) -> None:
+    """The line of a job that never started (its caller left first, or its engine closed), in
+    log_finished's form: every generation has one line, however it ended."""
+    tokens = job.prompt.tokens
+    log.info(
+        "%s: finish=cancelled prompt_tokens=%s completion_tokens=0 max_tokens=%d seconds=%.3f (%s)",
+        job.label or "job",
+        len(tokens) if tokens is not None else "unknown",
+        job.max_tokens,
+        seconds,
+        why,
+    )
+
+
 class WaitingRoom:
     """Tasks the runner admitted, handed to a thread in arrival order once one of its slots
     is free (a slot may still be freeing when the runner admits the next: it waits here)."""
@@ -146,7 +166,7 @@ class WaitingRoom:
     def submit(self, task: Task) -> None:
         with self._cond:
             if self._closed:
-                task.send(None)
+                task.drop("its engine closed before it started")
                 return
             self._tasks.append(task)
             self._cond.notify_all()
@@ -158,7 +178,7 @@ class WaitingRoom:
                 if self._free and self._tasks:
                     task = self._tasks.popleft()
                     if task.job.cancelled.is_set():  # its caller left while it waited here
-                        task.send(None)
+                        task.drop("left before its engine started it")
                         continue
                     self._free -= 1
                     return task
@@ -175,7 +195,7 @@ class WaitingRoom:
         with self._cond:
             self._closed = True
             while self._tasks:
-                self._tasks.popleft().send(None)
+                self._tasks.popleft().drop("its engine closed before it started")
             self._cond.notify_all()
 
 

@@ -1,7 +1,11 @@
 """Where the examples find the gateway, as every zest command does: $ZEST_URL (the server's
 root, with or without /v1), else where `zest serve` listens with the same environment
 ($ZEST_HOST and $ZEST_PORT: `ZEST_PORT=9000 make serve` and the examples meet), and the key
-in $ZEST_API_KEY."""
+in $ZEST_API_KEY.
+
+The examples put no cap of their own on an answer's time, only on connecting (the openai
+client's default is 10 minutes a try, then it sends the request again): the route's timeouts
+(routes.yaml) bound an answer on the server, and a loaded machine may take minutes over one."""
 
 import os
 

@@ -10,9 +10,13 @@ import sys
 from typing import Any
 
 from _gateway import API_KEY, ROOT
-from openai import OpenAI
+from openai import OpenAI, Timeout
 
-client = OpenAI(base_url=f"{ROOT}/v1", api_key=API_KEY)
+client = OpenAI(
+    base_url=f"{ROOT}/v1",
+    api_key=API_KEY,
+    timeout=Timeout(None, connect=10),  # see _gateway.py
+)
 TOOLS: Any = [
     {
         "type": "function",

@@ -7,9 +7,13 @@ make serve            # in one terminal
 import sys
 
 from _gateway import API_KEY, ROOT
-from openai import OpenAI
+from openai import OpenAI, Timeout
 
-client = OpenAI(base_url=f"{ROOT}/v1", api_key=API_KEY)
+client = OpenAI(
+    base_url=f"{ROOT}/v1",
+    api_key=API_KEY,
+    timeout=Timeout(None, connect=10),  # see _gateway.py
+)
 question = " ".join(sys.argv[1:]) or "Why is the sky blue?"
 stream = client.chat.completions.create(
     model="chat",  # a task name from routes.yaml

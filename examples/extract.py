@@ -11,9 +11,13 @@ import json
 import sys
 
 from _gateway import API_KEY, ROOT
-from openai import OpenAI
+from openai import OpenAI, Timeout
 
-client = OpenAI(base_url=f"{ROOT}/v1", api_key=API_KEY)
+client = OpenAI(
+    base_url=f"{ROOT}/v1",
+    api_key=API_KEY,
+    timeout=Timeout(None, connect=10),  # see _gateway.py
+)
 text = " ".join(sys.argv[1:]) or "Invoice 12 from ACME: 3 bolts at 2.50, total 7.50 EUR"
 answer = client.chat.completions.create(
     model="extract_invoice",  # the task: its schema comes from routes.yaml

@@ -2,7 +2,7 @@
 `make embedding-model`, which `make test` runs).
 
 A small retrieval example: embed a few documents with the `embed` task, then answer a question
-from the closest one with the `chat` task.
+from the closest one with the `chat` task, streamed.
 
 make serve ROUTES=examples/routes/embeddings.yaml     # in one terminal
 .venv/bin/python examples/retrieve.py "How do I reset my password?"
@@ -11,9 +11,13 @@ make serve ROUTES=examples/routes/embeddings.yaml     # in one terminal
 import sys
 
 from _gateway import API_KEY, ROOT
-from openai import OpenAI
+from openai import OpenAI, Timeout
 
-client = OpenAI(base_url=f"{ROOT}/v1", api_key=API_KEY)
+client = OpenAI(
+    base_url=f"{ROOT}/v1",
+    api_key=API_KEY,
+    timeout=Timeout(None, connect=10),  # see _gateway.py
+)
 DOCUMENTS = [
     "To reset your password, open Settings, choose Account and press Reset password.",
     "Invoices are sent on the first day of each month to the billing e-mail address.",
@@ -33,5 +37,9 @@ answer = client.chat.completions.create(
         {"role": "user", "content": question},
     ],
     temperature=0,
+    stream=True,  # the answer prints as the model writes it
 )
-print(answer.choices[0].message.content)
+for chunk in answer:
+    for choice in chunk.choices:
+        print(choice.delta.content or "", end="", flush=True)
+print()

@@ -80,6 +80,11 @@ class Behaviour:
     event_delay_s: float = 0.0  # wait before forwarding each SSE event...
     delay_after_events: int = 0  # ...once this many went through at full speed
     reply: str | None = None  # answer every request with this text, streamed, unforwarded
+    # With `reply`: its text first, then its end only once this is set (a test releases it).
+    release: threading.Event | None = None
+    # Stream this text again and again, unforwarded, until the client leaves: a generation
+    # held open for as long as a test needs (Proxy.left is set once the client is gone).
+    endless: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,8 @@ class Proxy:
     behaviour: Behaviour = field(default_factory=Behaviour)
     requests: list[Received] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)
+    # Set when a client of an endless stream went away (a thread-safe event: tests wait on it).
+    left: threading.Event = field(default_factory=threading.Event)
     port: int = 0
     _server: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
@@ -112,6 +119,7 @@ class Proxy:
         self.behaviour = Behaviour()
         self.requests.clear()
         self.statuses.clear()
+        self.left.clear()
 
     def start(self) -> None:
         self.port = free_port()
@@ -143,7 +151,9 @@ class Proxy:
         if b.answer_429 > 0 or b.answer_503 > 0:
             await self._refuse(send, b)
         elif b.reply is not None:
-            await self._stream_reply(send, b.reply)
+            await self._stream_reply(send, b.reply, b.release)
+        elif b.endless is not None:
+            await self._stream_endless(receive, send, b.endless)
         elif b.status is not None:
             await self._answer(send, b.status, {"error": {"message": f"status {b.status}"}}, {})
         else:
@@ -169,8 +179,9 @@ class Proxy:
         await send({"type": "http.response.start", "status": status, "headers": raw})
         await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
 
-    async def _stream_reply(self, send: Send, text: str) -> None:
-        """`text` as an OpenAI chat stream: one delta, the finish, the usage, [DONE]."""
+    async def _stream_reply(self, send: Send, text: str, release: threading.Event | None) -> None:
+        """`text` as an OpenAI chat stream: one delta, the finish, the usage, [DONE]; with
+        `release`, the delta, then the rest once it is set."""
         self.statuses.append(200)
         chunk = {"id": "chatcmpl-proxy", "object": "chat.completion.chunk", "model": "proxy"}
         events = [
@@ -178,16 +189,39 @@ class Proxy:
             {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
             {**chunk, "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}},
         ]
-        body = "".join(f"data: {json.dumps(event)}\n\n" for event in events)
+        sse = [f"data: {json.dumps(event)}\n\n".encode() for event in events]
         headers = [(b"content-type", b"text/event-stream")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": (body + "data: [DONE]\n\n").encode()})
+        if release is not None:
+            await send({"type": "http.response.body", "body": sse.pop(0), "more_body": True})
+            while not release.is_set():
+                await asyncio.sleep(0.02)  # a pace, not a deadline: the test releases it
+        await send({"type": "http.response.body", "body": b"".join(sse) + b"data: [DONE]\n\n"})
+
+    async def _stream_endless(self, receive: Receive, send: Send, text: str) -> None:
+        """`text` as chat stream deltas, one after another, until the client goes away."""
+        self.statuses.append(200)
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        chunk = {"id": "chatcmpl-proxy", "object": "chat.completion.chunk", "model": "proxy"}
+        event = {**chunk, "choices": [{"index": 0, "delta": {"content": text}}]}
+        body = f"data: {json.dumps(event)}\n\n".encode()
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            while not gone.done():
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                await asyncio.wait({gone}, timeout=0.05)  # a pace, not a deadline
+        except OSError:  # the connection closed under the write
+            pass
+        finally:
+            gone.cancel()
+            self.left.set()
 
     async def _forward(self, scope: Scope, body: bytes, send: Send) -> None:
         url = self.target + scope["path"].removeprefix("/v1")
         headers = {"content-type": "application/json"}
         async with (
-            httpx.AsyncClient(timeout=120) as client,
+            httpx.AsyncClient(timeout=600) as client,
             client.stream("POST", url, content=body, headers=headers) as upstream,
         ):
             self.statuses.append(upstream.status_code)
@@ -223,6 +257,11 @@ async def _read_body(receive: Receive) -> bytes:
         body += message.get("body", b"")
         more = message.get("more_body", False)
     return body
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _disconnected_within(receive: Receive, seconds: float) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -113,11 +113,13 @@ async def _respond(
     body: SamplingFields,
     *,
     record: RequestRecord,
-    echo: str = "",
+    echo: str | Sequence[str] = "",
     **inputs: Any,
 ) -> Response[Any]:
-    """Generate and answer; `echo` (a completion's echo: true) comes before the text."""
+    """Generate and answer; `echo` (a completion's echo: true: its prompt, or each prompt of
+    a batch) comes before the text."""
     request_id = request_id_of(request)
+    batch = len(inputs.get("prompts") or ()) or 1
     request.state[AFFINITY_STATE] = request_affinity(
         request.headers, name, inputs.get("messages"), inputs.get("prompt")
     )
@@ -141,9 +143,12 @@ async def _respond(
     metadata_read(request, gen)
     if body.stream:
         headers = {**route_headers(gen), **request_headers(request, request_id)}
-        return event_stream(sse_events(gens, kind, name, body.include_usage(), echo), headers)
+        events = sse_events(gens, kind, name, body.include_usage(), echo, prompts=batch)
+        return event_stream(events, headers)
     try:
-        payload = await unless_disconnected(request, collect_body(gens, kind, name, echo))
+        payload = await unless_disconnected(
+            request, collect_body(gens, kind, name, echo, prompts=batch)
+        )
     except RequestError as exc:  # after the first token (a total timeout): say what served it
         exc.headers = {**route_headers(gen), **exc.headers, **request_headers(request, request_id)}
         raise
@@ -177,7 +182,7 @@ async def completions(
     runtime: Runtime,
     record: RequestRecord,
 ) -> Response[Any]:
-    prompt = data.prompt_text()
+    prompts = data.prompts()
     return await _respond(
         request,
         runtime,
@@ -185,9 +190,10 @@ async def completions(
         "completion",
         data,
         record=record,
-        prompt=prompt,
+        prompt=data.routing_text(),  # what the rules read; a batch's each prompt in `prompts`
+        prompts=prompts if len(prompts) > 1 else None,
         suffix=data.suffix,
-        echo=prompt if data.echo else "",
+        echo=prompts if data.echo else "",
     )
 
 

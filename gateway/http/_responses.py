@@ -115,12 +115,16 @@ def _new_id(kind: Kind) -> str:
     return _ID_PREFIX[kind] + secrets.token_hex(12)
 
 
-def _usage(gen: Generation, completion_tokens: int) -> dict[str, Any]:
+def _usage(gens: Sequence[Generation], completion_tokens: int, prompts: int = 1) -> dict[str, Any]:
+    """The answer's usage: every prompt's tokens once (a batch's, summed; not once per choice),
+    every choice's completion tokens; the first choice's trimming and stages."""
+    gen, each = gens[0], gens[:: max(len(gens) // prompts, 1)]  # each prompt's first choice
+    prompt_tokens = sum(g.prompt_tokens for g in each)
     usage: dict[str, Any] = {
-        "prompt_tokens": gen.prompt_tokens,
+        "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
-        "total_tokens": gen.prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": gen.first.cached_tokens},
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": sum(g.first.cached_tokens for g in each)},
     }
     if gen.trimmed is not None:  # extension: the prompt tokens trimmed to fit the budget
         usage["trimmed_tokens"] = gen.trimmed.trimmed_tokens
@@ -142,19 +146,32 @@ def _choice(
 
 
 Choices = Generation | Sequence[Generation]
+# A completion's echo: its prompt, or each prompt of a batch (in order).
+Echo = str | Sequence[str]
 
 
 def _listed(gens: Choices) -> list[Generation]:
     return [gens] if isinstance(gens, Generation) else list(gens)
 
 
+def _echo_of(echo: Echo, index: int, choices: int) -> str:
+    """Choice `index`'s echo: the prompt it continues (a batch's choice k is prompt k // n's)."""
+    if isinstance(echo, str):
+        return echo
+    return echo[index // max(choices // len(echo), 1)] if echo else ""
+
+
 async def collect_body(
-    gens: Choices, kind: Kind, requested_model: str, echo: str = ""
+    gens: Choices, kind: Kind, requested_model: str, echo: Echo = "", *, prompts: int = 1
 ) -> dict[str, Any]:
-    """One JSON body: a choice per generation (n), the usage of all of them."""
+    """One JSON body: a choice per generation (n for each of the `prompts`), the usage of
+    all of them."""
     listed = _listed(gens)
     collected = await asyncio.gather(
-        *(_collect_choice(gen, kind, echo, index) for index, gen in enumerate(listed))
+        *(
+            _collect_choice(gen, kind, _echo_of(echo, index, len(listed)), index)
+            for index, gen in enumerate(listed)
+        )
     )
     first = listed[0]
     return {
@@ -163,7 +180,7 @@ async def collect_body(
         "created": int(time.time()),
         "model": requested_model,
         "choices": [choice for choice, _ in collected],
-        "usage": _usage(first, sum(produced for _, produced in collected)),
+        "usage": _usage(listed, sum(produced for _, produced in collected), prompts),
         "zest": zest_extension(first),
     }
 
@@ -315,7 +332,13 @@ async def _merged(streams: list[AsyncIterator[_Piece]]) -> AsyncIterator[_Piece]
 
 
 async def sse_events(
-    gens: Choices, kind: Kind, requested_model: str, include_usage: bool, echo: str = ""
+    gens: Choices,
+    kind: Kind,
+    requested_model: str,
+    include_usage: bool,
+    echo: Echo = "",
+    *,
+    prompts: int = 1,
 ) -> AsyncIterator[bytes]:
     """SSE chunks, each choice's with its index; a failure after the first byte ends the
     stream with an error event."""
@@ -336,7 +359,9 @@ async def sse_events(
     decided = {"zest": _decision_of(first)} if first.ruled else {}
     try:
         produced = 0
-        streams = [_choice_pieces(g, kind, echo, i) for i, g in enumerate(listed)]
+        streams = [
+            _choice_pieces(g, kind, _echo_of(echo, i, len(listed)), i) for i, g in enumerate(listed)
+        ]
         async for choice, tokens in _merged(streams):
             if tokens is None:
                 yield chunk([choice], **decided)
@@ -345,7 +370,7 @@ async def sse_events(
             produced += tokens
             yield chunk([choice], zest=zest_extension(first))
         if include_usage:
-            yield chunk([], usage=_usage(first, produced))
+            yield chunk([], usage=_usage(listed, produced, prompts))
         yield b"data: [DONE]\n\n"
     except RequestError as exc:
         log.warning("stream for task %s failed after it began: %s", first.plan.task, exc)

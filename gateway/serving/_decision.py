@@ -113,7 +113,7 @@ def _parsed(field: str, endpoint: str, data: dict[str, Any]) -> ParsedRequest:
     if field == "prompt":
         completion = CompletionRequest.model_validate(data)
         return ParsedRequest(
-            endpoint, "completion", completion, {"prompt": completion.prompt_text()}
+            endpoint, "completion", completion, {"prompt": completion.routing_text()}
         )
     responses = ResponsesRequest.model_validate(data)
     inputs = {

@@ -93,21 +93,24 @@ async def open_door(
     kind: Kind,
     body: BaseModel,
     inputs: dict[str, Any],
+    prompts: int = 1,
 ) -> Door:
     """Admit `caller`'s request of `name` (403 before the task is even looked up: a client
-    learns nothing of tasks it may not call; then 404, then 429), and look its answer up."""
+    learns nothing of tasks it may not call; then 404, then 429), and look its answer up.
+    `prompts`: a completions batch's, each answered by the body's n choices (admitted, its
+    tokens reserved for every answer; never answered from the cache)."""
     gate = runtime.clients
     gate.check_task(caller, name)
     routes = runtime.routes
     route = find_route(name, kind, routes.config)
-    choices = int(getattr(body, "n", 1) or 1)
+    choices = int(getattr(body, "n", 1) or 1) * prompts
     reserve = 0
     if kind != "embedding":
         asked = getattr(body, "requested_max_tokens", lambda: None)()
         reserve = min(asked or route.max_tokens, route.max_tokens) * choices
     door = Door(caller, await gate.admit(caller, name, reserve=reserve))
-    if kind == "embedding":
-        return door
+    if kind == "embedding" or prompts > 1:  # a batch is not kept: a replay would give every
+        return door  # prompt the first one's counts (a kept answer has one prompt's extras)
     try:
         key = runtime.answers.key(
             routes,

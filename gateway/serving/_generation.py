@@ -30,6 +30,7 @@ from zest.engines import (
     Tokenizer,
 )
 from zest.errors import BadRequestError, RequestError
+from zest.gateway.serving._abandoned import note_queued, stopped_line, written_when_stopped
 from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._clients import Caller
 from zest.gateway.serving._conditions import ServingConditions
@@ -179,17 +180,28 @@ async def start_choices(
     body: SamplingFields,
     request_id: str,
     events: RequestEvents | None = None,
+    prompts: Sequence[str] | None = None,
     caller: Caller | None = None,
     **inputs: Any,
 ) -> list[Generation]:
     """The request's n generations, started together; choice i samples with seed + i when a
     seed is given, and `events` follow the first. A choice failing before its first token, or
     the caller giving up (the client left), stops every other choice, started or not.
+    `prompts` (a completions batch): n choices for each, in OpenAI's order (choice k is
+    prompt k // n's), routed once by the prompts joined with newlines.
     `caller`: who sends it (every front door says; None: zest itself, a routing condition):
     admitted once for every choice, and answered from the route's cache when it can be."""
     door = None
     if caller is not None:
-        door = await open_door(runtime, caller, name, kind=kind, body=body, inputs=inputs)
+        door = await open_door(
+            runtime,
+            caller,
+            name,
+            kind=kind,
+            body=body,
+            inputs=inputs,
+            prompts=len(prompts) if prompts is not None else 1,
+        )
         if door.kept is not None:
             return door.replayed(name, events, Generation)
     try:
@@ -201,6 +213,7 @@ async def start_choices(
             request_id=request_id,
             events=events,
             door=door,
+            prompts=prompts,
             inputs=inputs,
         )
     except BaseException:
@@ -218,18 +231,16 @@ async def _start_choices(
     request_id: str,
     events: RequestEvents | None,
     door: Door | None,
+    prompts: Sequence[str] | None,
     inputs: dict[str, Any],
 ) -> list[Generation]:
-    bodies = [
-        body if i == 0 or body.seed is None else body.model_copy(update={"seed": body.seed + i})
-        for i in range(body.n)
-    ]
-    group = ChoiceGroup(body.n) if body.n > 1 else None  # admitted to the model's slots together
     caller = door.caller if door is not None else None
     if "routed" not in inputs:  # routed once: every choice is served by the same route
-        inputs["routed"] = await route_request(
-            runtime, name, kind, body, inputs, request_id=request_id, caller=caller
-        )
+        read = inputs if prompts is None else {**inputs, "prompt": "\n".join(prompts)}
+        with stopped_line(request_id, name):
+            inputs["routed"] = await route_request(
+                runtime, name, kind, body, read, request_id=request_id, caller=caller
+            )
     starts = [
         asyncio.ensure_future(
             start_generation(
@@ -237,16 +248,16 @@ async def _start_choices(
                 name,
                 kind=kind,
                 body=each,
-                request_id=request_id if i == 0 else f"{request_id}-{i}",
-                events=events if i == 0 else None,
+                request_id=request_id if k == 0 else f"{request_id}-{k}",
+                events=events if k == 0 else None,
                 group=group,
                 caller=caller,
                 door=door,
-                choice=i,
-                **inputs,
+                choice=k,
+                **{**inputs, **own},
             )
         )
-        for i, each in enumerate(bodies)
+        for k, (each, group, own) in enumerate(_choices(body, prompts))
     ]
     try:
         await asyncio.wait(starts, return_when=asyncio.FIRST_EXCEPTION)
@@ -264,6 +275,27 @@ async def _start_choices(
     raise errors[0]
 
 
+def _choices(
+    body: SamplingFields, prompts: Sequence[str] | None
+) -> Iterator[tuple[SamplingFields, ChoiceGroup | None, dict[str, Any]]]:
+    """Each choice's body (seed + i for choice i of its prompt), the group every choice is
+    admitted in together, and its own inputs (its prompt, in a batch). A batch is one group:
+    its choices start together, as the request waits for each one's first token, so a part
+    of it left waiting for the slots another part holds until the answer is read would never
+    start (refused with 400 where the model's slots cannot hold it)."""
+    bodies = [
+        body if i == 0 or body.seed is None else body.model_copy(update={"seed": body.seed + i})
+        for i in range(body.n)
+    ]
+    batch = [None] if prompts is None else list(prompts)
+    size = body.n * len(batch)
+    group = ChoiceGroup(size, prompts=len(batch)) if size > 1 else None
+    for prompt in batch:
+        own = {} if prompt is None else {"prompt": prompt}
+        for each in bodies:
+            yield each, group, own
+
+
 async def _stop_starts(starts: list[asyncio.Task[Generation]]) -> None:
     """Cancel the choices still starting (each closes its own stream) and close the started."""
     for start in starts:
@@ -278,6 +310,7 @@ def _started(start: asyncio.Task[Generation]) -> bool:
     return start.done() and not start.cancelled() and start.exception() is None
 
 
+@written_when_stopped
 async def start_generation(
     runtime: Runtime,
     name: str,
@@ -561,6 +594,7 @@ class _Walk:
             try:
                 gen = await self._try(attempt)
             except RequestError as error:
+                note_queued(False)  # its job, if any, ended with the error: the next has none
                 self._give_up_or_log(attempt, error, last=index + 1 == len(attempts))
                 continue
             gen.fallbacks, gen.events = self.fallbacks, self.events
@@ -604,6 +638,7 @@ class _Walk:
         fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
         label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
         job = self._job(prompt, budget, label, attempt.model)
+        note_queued()  # the runner has the job at once: it, or the engine, writes its line
         stream = lease.stream(job)
         try:
             first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")

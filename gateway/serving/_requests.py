@@ -15,6 +15,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -45,6 +46,8 @@ __all__ = [
 
 MAX_STOPS = 16
 MAX_CHOICES = 8
+# Answers one request may ask for: its prompts (a completions batch) times n.
+MAX_ANSWERS = 64
 MAX_METADATA = 16  # OpenAI's own limit
 INT64 = 2**63 - 1  # the largest seed (OpenAI's is an int64) and count taken
 INT32 = 2**31 - 1
@@ -356,7 +359,8 @@ class ChatRequest(SamplingFields):
 
 class CompletionRequest(SamplingFields):
     model: str
-    prompt: str | list[str] = Field(json_schema_extra={"minItems": 1, "maxItems": 1})
+    # One prompt, or OpenAI's batch: a list of prompts, each answered by its own n choices.
+    prompt: str | list[str] = Field(json_schema_extra={"minItems": 1, "maxItems": MAX_ANSWERS})
     # The prompt before the completion in the answer.
     echo: StrictBool | None = None
     # The text after the gap: the model fills in between (models with FIM tokens).
@@ -367,15 +371,62 @@ class CompletionRequest(SamplingFields):
     def logprob_count(self) -> int | None:
         return self.logprobs
 
-    @field_validator("prompt")
+    @field_validator("prompt", mode="before")
     @classmethod
-    def _one_prompt(cls, prompt: str | list[str]) -> str | list[str]:
-        if isinstance(prompt, list) and len(prompt) != 1:
-            raise ValueError("send exactly one prompt (batches of prompts are not supported)")
+    def _texts_only(cls, prompt: Any) -> Any:
+        """A list of texts, said plainly when it is not: token ids and other values are
+        refused by what they are, not by the union's every member."""
+        if not isinstance(prompt, list):
+            return prompt
+        if not prompt:
+            raise ValueError(
+                "the list of prompts is empty: send a text, or a list of texts (one answer each)"
+            )
+        if all(_token_ids(item) for item in prompt):
+            raise ValueError(
+                "token ids are not taken as a prompt: a task's rules read text, and the models "
+                "its routes reach each have their own vocabulary; send a text, or a list of "
+                "texts (one answer each)"
+            )
+        for index, item in enumerate(prompt):
+            if not isinstance(item, str):
+                raise ValueError(
+                    f"item {index} of the list is {shown(item)}, not a text: send a text, or a "
+                    "list of texts (one answer each)"
+                )
         return prompt
 
-    def prompt_text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+    @field_validator("prompt")
+    @classmethod
+    def _bounded_batch(cls, prompt: str | list[str], info: ValidationInfo) -> str | list[str]:
+        prompts = 1 if isinstance(prompt, str) else len(prompt)
+        n = info.data.get("n", 1)  # validated before: a field of SamplingFields
+        if prompts * n > MAX_ANSWERS:
+            raise ValueError(
+                f"{prompts} prompts with n={n} ask for {prompts * n} answers, more than "
+                f"{MAX_ANSWERS} per request: send fewer prompts per request"
+            )
+        return prompt
+
+    def prompts(self) -> list[str]:
+        """The prompts, in order: choice k of the answer is prompt k // n's."""
+        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+
+    def routing_text(self) -> str:
+        """What routes.yaml rules read: the prompts joined with newlines (as Lemonade reads a
+        prompt list)."""
+        return "\n".join(self.prompts())
+
+
+def _token_ids(item: Any) -> bool:
+    """A token id, or a list of them (OpenAI's two token-array forms of a prompt)."""
+    if isinstance(item, list):
+        return bool(item) and all(_token_id(token) for token in item)
+    return _token_id(item)
+
+
+def _token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class TaskRequest(SamplingFields):

@@ -4,7 +4,9 @@ those: _responses_options.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import itertools
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -151,22 +153,36 @@ class UnknownItem(Refused):
 
     says = (
         "an item of type %s is not one zest reads: send message, function_call and "
-        "function_call_output items"
+        "function_call_output items, or the user's text and images as they are (strings, "
+        "input_text and input_image parts)"
     )
+
+
+class BareText(_Body):
+    """The user's text as an item of its own, without a message around it."""
+
+    type: Literal["input_text"]
+    text: str
 
 
 _ITEM_TAGS = {
     "message": "Message",
     "function_call": "FunctionCall",
     "function_call_output": "FunctionCallOutput",
+    # The user's content without a message around it (Lemonade reads these too): a run of
+    # them is one user turn.
+    "input_text": "Text",
+    "input_image": "Image",
 }
 
 
 def _item_tag(item: Any) -> str | None:
     """The item's model, by its type (a message may leave it out); tags are capitalised, as
     union members, so that an error's key path is the client's (see http._body_errors)."""
+    if isinstance(item, str):
+        return "str"  # the user's text, bare
     if not isinstance(item, dict):
-        return None  # not an object: the discriminator's error says so
+        return None  # neither: the discriminator's error says so
     kind = item.get("type", "message")
     return _ITEM_TAGS.get(kind, "Unknown") if isinstance(kind, str) else "Unknown"
 
@@ -175,16 +191,22 @@ InputItem = Annotated[
     Annotated[InputMessage, Tag("Message")]
     | Annotated[FunctionCallItem, Tag("FunctionCall")]
     | Annotated[FunctionCallOutput, Tag("FunctionCallOutput")]
+    | Annotated[BareText, Tag("Text")]
+    | Annotated[InputImage, Tag("Image")]
+    | Annotated[str, Tag("str")]
     | Annotated[UnknownItem, Tag("Unknown"), SkipJsonSchema()],
     Discriminator(
         _item_tag,
         custom_error_type="item_not_object",
         custom_error_message=(
-            'an input item is an object: send a message ({"role": "user", "content": "..."}) '
-            "or a function_call or function_call_output item"
+            'an input item is an object or a string: send a message ({"role": "user", '
+            '"content": "..."}), a function_call or function_call_output item, or the '
+            "user's text"
         ),
     ),
 ]
+# An item that is the user's content itself, without a message around it.
+Bare = BareText | InputImage | str
 
 
 class FunctionTool(_Body):
@@ -294,11 +316,18 @@ class ResponsesRequest(ResponsesOptions):
         return self
 
     def messages(self) -> list[ChatMessage]:
-        """The input as chat messages, the instructions first (as a system turn)."""
+        """The input as chat messages, the instructions first (as a system turn); each run of
+        bare items (strings, input_text and input_image parts) is one user turn."""
         head = [ChatMessage(role="system", content=self.instructions)] if self.instructions else []
         if isinstance(self.input, str):
             return [*head, ChatMessage(role="user", content=self.input)]
-        return head + [_as_chat(item) for item in self.input]
+        turns: list[ChatMessage] = []
+        for bare, run in itertools.groupby(self.input, key=_is_bare):
+            if bare:
+                turns.append(_user_turn(cast("list[Bare]", list(run))))
+            else:
+                turns += [_as_chat(item) for item in run]
+        return head + turns
 
     def sampling(self) -> SamplingFields:
         fmt = self.text.format if self.text else None
@@ -332,9 +361,12 @@ class ResponsesRequest(ResponsesOptions):
         )
 
     def has_images(self) -> bool:
-        """An image part in any input item (not only the last)."""
+        """An image part in any input item (not only the last), or an image item of its own."""
         items = self.input if isinstance(self.input, list) else []
-        return any(isinstance(item, InputMessage) and item.has_images() for item in items)
+        return any(
+            isinstance(item, InputImage) or (isinstance(item, InputMessage) and item.has_images())
+            for item in items
+        )
 
     def tool_use(self) -> ToolUse | None:
         tools = [
@@ -368,15 +400,43 @@ class ResponsesRequest(ResponsesOptions):
 
 
 def _routing_text(items: str | list[InputItem]) -> str:
+    """As Lemonade reads an input: the last user message's text parts joined with newlines;
+    without one, the text of every bare item (strings, input_text parts), joined likewise."""
     if isinstance(items, str):
         return items
     users = [i for i in items if isinstance(i, InputMessage) and i.role == "user"]
     if not users:
-        return ""
+        return "\n".join(_texts(items))
     content = users[-1].content
     if isinstance(content, str):
         return content
     return "\n".join(part.text for part in content if isinstance(part, InputText))
+
+
+def _is_bare(item: InputItem) -> bool:
+    return isinstance(item, BareText | InputImage | str)
+
+
+def _user_turn(run: list[Bare]) -> ChatMessage:
+    """A run of bare items as one user turn: its text, or its parts when it holds an image."""
+    if not any(isinstance(item, InputImage) for item in run):
+        return ChatMessage(role="user", content="\n".join(_texts(run)))
+    parts: list[Any] = [
+        item.as_chat_part()
+        if isinstance(item, InputImage)
+        else TextPart(type="text", text=item if isinstance(item, str) else item.text)
+        for item in run
+    ]
+    return ChatMessage(role="user", content=parts)
+
+
+def _texts(items: Sequence[InputItem]) -> list[str]:
+    """The text of each bare text item (a string, an input_text part), in order."""
+    return [
+        item if isinstance(item, str) else item.text
+        for item in items
+        if isinstance(item, BareText | str)
+    ]
 
 
 def _as_chat(item: InputItem) -> ChatMessage:

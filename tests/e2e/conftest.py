@@ -45,7 +45,7 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
-    def wait_for_log(self, needle: str, timeout: float = 30.0) -> str:
+    def wait_for_log(self, needle: str, timeout: float = 300.0) -> str:  # a hang guard
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in self.log().splitlines():
@@ -73,9 +73,10 @@ def stream_chat(
 
 
 def run_zest(
-    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO, timeout: float = 120
+    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:
-    """The `zest` command to its end; `env` is the whole environment (default: this one)."""
+    """The `zest` command to its end; `env` is the whole environment (default: this one).
+    `timeout`: a hang guard, not a speed bound (a command may load models)."""
     return subprocess.run(
         [str(ZEST), *args],
         capture_output=True,
@@ -91,9 +92,10 @@ def spawn_until_answering(
     command: list[str], log_path: Path, probe_url: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
     """Start `command` with its output in `log_path`; return once `probe_url` answers 200.
-    A process that exits, or never answers within two minutes, fails with its log."""
+    A process that exits, or never answers within ten minutes (a hang guard: a loaded
+    machine's start and warm loads may take minutes), fails with its log."""
     try:
-        return spawn(command, probe_url, log_path, timeout_s=120, env=env, cwd=REPO)
+        return spawn(command, probe_url, log_path, timeout_s=600, env=env, cwd=REPO)
     except CommandError as exc:
         raise AssertionError(f"{exc}:\n{log_path.read_text()}") from exc
 
@@ -124,8 +126,9 @@ def start_server(
     return server
 
 
-def wait_warm(server: Server, timeout: float = 120.0) -> None:
-    """Until the warm start is done (readiness may still be 503: unservable routes)."""
+def wait_warm(server: Server, timeout: float = 600.0) -> None:
+    """Until the warm start is done (readiness may still be 503: unservable routes); the bound
+    is a hang guard."""
     deadline = time.monotonic() + timeout
     while httpx.get(f"{server.v1}/ready", timeout=10).json()["status"] == "loading":
         if time.monotonic() > deadline:
@@ -168,7 +171,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture
 def http(server: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+    with httpx.Client(base_url=server.base_url, timeout=600) as client:
         yield client
 
 

@@ -827,9 +827,9 @@ PLAIN_REFUSALS: list[tuple[str, str, bytes, str, str]] = [
     (
         "responses/item-not-an-object",
         "/v1/responses",
-        RESPONSES_WITH + b'"input":["Hi"]}',
+        RESPONSES_WITH + b'"input":[5]}',  # a string is the user's text (Lemonade's form)
         "input.0",
-        "an input item is an object",
+        "an input item is an object or a string",
     ),
     (
         "responses/previous-response-id",

@@ -49,7 +49,7 @@ def zest(tmp_path_factory: pytest.TempPathFactory, upstream_proxy: Proxy) -> Ite
 @pytest.fixture
 def client(zest: Server) -> Iterator[anthropic.Anthropic]:
     with anthropic.Anthropic(
-        base_url=zest.base_url, api_key="unused", max_retries=0, timeout=120
+        base_url=zest.base_url, api_key="unused", max_retries=0, timeout=600
     ) as made:
         yield made
 
@@ -107,7 +107,7 @@ def test_the_stream_is_anthropics_events_in_order(zest: Server) -> None:
         "messages": [{"role": "user", "content": "Say hello."}],
     }
     headers = {"anthropic-version": "2023-06-01", "x-api-key": "unused"}
-    reply = httpx.post(f"{zest.v1}/messages", json=body, headers=headers, timeout=120)
+    reply = httpx.post(f"{zest.v1}/messages", json=body, headers=headers, timeout=600)
     assert reply.status_code == 200, reply.text
     assert reply.headers["content-type"].startswith("text/event-stream")
     events = events_of(reply)
@@ -310,7 +310,7 @@ def test_a_full_queue_is_a_rate_limit_error_with_retry_after(zest: Server, proxy
 
     async def scenario() -> anthropic.RateLimitError:
         held = asyncio.ensure_future(
-            httpx.AsyncClient(timeout=120).post(
+            httpx.AsyncClient(timeout=600).post(
                 f"{zest.v1}/messages",
                 json={"model": "remote-chat", "max_tokens": 4, "messages": ASK},
             )
@@ -341,7 +341,7 @@ def test_a_cut_stream_ends_with_an_error_event(zest: Server, proxy: Proxy) -> No
     reply = httpx.post(
         f"{zest.v1}/messages",
         json={"model": "remote-chat", "max_tokens": 40, "stream": True, "messages": ASK},
-        timeout=120,
+        timeout=600,
     )
     events = events_of(reply)
     assert [name for name, _ in events][:3] == ["message_start", "content_block_start", "ping"]

@@ -9,10 +9,13 @@ import io
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 
 import pexpect
+import pytest
 
-from tests.e2e.conftest import REPO, ZEST, Server, run_zest
+from tests.e2e.conftest import REPO, ZEST, Server, run_zest, start_server, stop_server
+from tests.upstream import Behaviour, Proxy
 
 ENV = {**os.environ, "ZEST_API_KEY": "", "TERM": "dumb"}
 TRANSCRIPT = REPO / "docs" / "snippets" / "zest-chat.txt"
@@ -21,7 +24,7 @@ ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def chat(server: Server, *args: str) -> pexpect.spawn:
     child = pexpect.spawn(
-        str(ZEST), ["chat", *args, "--url", server.base_url], env=ENV, encoding="utf-8", timeout=90
+        str(ZEST), ["chat", *args, "--url", server.base_url], env=ENV, encoding="utf-8", timeout=300
     )
     child.logfile_read = io.StringIO()  # what the terminal showed, typed lines echoed
     child.expect_exact("/quit (or Ctrl-D) leaves")
@@ -62,21 +65,61 @@ def save_transcript(child: pexpect.spawn, server: Server, command: str) -> None:
     TRANSCRIPT.write_text(f"$ {command}\n{shown.rstrip()}\n", encoding="utf-8")
 
 
-def test_ctrl_c_stops_the_answer_not_the_session(server: Server) -> None:
-    child = chat(server, "--max-tokens", "400", "--temperature", "0")
+@pytest.fixture(scope="module")
+def endless() -> Iterator[Proxy]:
+    """An upstream whose answer never ends until its client leaves (then `left` is set)."""
+    running = Proxy("http://127.0.0.1:9/v1", Behaviour(endless="and then "))
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory, endless: Proxy) -> Iterator[Server]:
+    """A server whose chat task is that upstream: an answer Ctrl-C always finds running, however
+    slow the machine (the 400-token answer of the bundled model could end before it)."""
+    folder = tmp_path_factory.mktemp("held")
+    routes = folder / "routes.yaml"
+    routes.write_text(
+        "version: 1\n"
+        "models:\n"
+        f"  teller: {{engine: remote, base_url: '{endless.v1}', model: teller}}\n"
+        "routes:\n"
+        "  chat: {kind: chat, model: teller, privacy: allow_remote, max_tokens: 100000}\n"
+    )
+    running = start_server(routes, folder / "zest.log", {"ZEST_EMULATE_DEVICES": ""})
+    yield running
+    stop_server(running)
+
+
+def test_ctrl_c_stops_the_answer_not_the_session(held: Server, endless: Proxy) -> None:
+    endless.reset()
+    endless.behaviour = Behaviour(endless="and then ")
+    child = chat(held)
     child.expect_exact("chat> ")
     child.sendline("Write a long story about a dragon and a knight.")
     child.expect_exact("knight.\r\n")  # the line typed, echoed
-    child.expect(r"\w+ \w+ \w+")  # the answer has begun
+    child.expect_exact("and then and then and then")  # the answer has begun, and never ends
     child.sendintr()
     child.expect_exact("(stopped; kept in the history, marked as cut)")
+    # The stop reached the upstream: zest closed its stream (a hang guard, not a speed bound).
+    assert endless.left.wait(timeout=300)
     child.expect_exact("chat> ")
     child.sendline("/history")  # the cut turn stays, marked, with the part written
     child.expect(r"you: Write a long story about a dragon and a knight\.\r\nchat: (.+) \[cut\]")
-    assert len(child.match.group(1).split()) >= 3
+    assert child.match.group(1).startswith("and then and then")
     child.expect_exact("chat> ")
     child.sendintr()  # at the prompt: it says how to leave instead
     child.expect_exact("(Ctrl-D or /quit leaves)")
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_task_switches_to_another_kind_and_names_an_unknown_one(server: Server) -> None:
+    child = chat(server)
+    child.expect_exact("chat> ")
     child.sendline("/task autocomplete")
     child.expect_exact("(task autocomplete, completion; history cleared)")
     child.expect_exact("autocomplete> ")
@@ -114,7 +157,7 @@ def test_run_answers_once_from_arguments_or_stdin(server: Server) -> None:
         capture_output=True,
         text=True,
         env=ENV,
-        timeout=120,
+        timeout=600,  # a hang guard, not a speed bound
         check=False,
     )
     assert piped.returncode == 0, piped.stderr

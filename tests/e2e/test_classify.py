@@ -99,7 +99,7 @@ def test_a_cut_label_follows_on_error_and_the_trace_says_error(classifying: Serv
             "messages": [{"role": "user", "content": "def f(): pass"}],
             "route_trace": True,
         },
-        timeout=120,
+        timeout=600,
     )
     assert answer.status_code == 200, answer.text
     decided = answer.json()["zest"]

@@ -290,7 +290,7 @@ def test_a_busy_port_is_a_clear_error_before_serving_on() -> None:
     taken.listen(1)
     port = taken.getsockname()[1]
     try:
-        result = run_zest("serve", "--port", str(port), timeout=60)
+        result = run_zest("serve", "--port", str(port), timeout=600)
     finally:
         taken.close()
     assert result.returncode == 1

@@ -40,7 +40,8 @@ routes:
           cache: {{ttl_s: 600, max_entries: 16}}}}
   summarize: {{kind: chat, model: smollm2, device: cpu, max_tokens: 8,
                system_prompt: "Summarize the user's text in one sentence."}}
-  complete: {{kind: completion, model: smollm2, device: cpu, max_tokens: 8}}
+  complete: {{kind: completion, model: smollm2, device: cpu, max_tokens: 8,
+              cache: {{ttl_s: 600, max_entries: 16}}}}
   open: {{kind: chat, model: upstream, privacy: allow_remote, max_tokens: 8,
           fallback: [{{model: smollm2, device: cpu}}]}}
 clients:
@@ -89,7 +90,7 @@ def zest(tmp_path_factory: pytest.TempPathFactory, proxy: Proxy) -> Iterator[Ser
 
 def post(server: Server, key: str, path: str, body: dict[str, Any]) -> httpx.Response:
     headers = {"authorization": f"Bearer {key}"}
-    return httpx.post(f"{server.base_url}{path}", json=body, headers=headers, timeout=120)
+    return httpx.post(f"{server.base_url}{path}", json=body, headers=headers, timeout=600)
 
 
 def chat(server: Server, key: str, task: str, **fields: Any) -> httpx.Response:
@@ -188,13 +189,45 @@ def test_a_determined_request_is_answered_from_the_cache_without_the_engine(
     assert not_for_b.status_code == 403  # a client that may not call the task gets no answer
 
 
+def test_a_batch_of_prompts_is_admitted_whole_and_never_answered_from_the_cache(
+    zest: Server,
+) -> None:
+    """A completions batch (issue 33) passes the door with a reservation for each of its
+    answers; it is never kept (a replay would give each prompt the first one's counts), so the
+    same determined batch twice is served twice, each prompt with its own tokens. A batch the
+    model's 2 slots cannot start together is a 400 (it waited for ever: the part that ran held
+    its slots until the answer was read)."""
+    body = {
+        "model": "complete",
+        "prompt": ["1, 2, 3, 4,", "Monday, Tuesday,"],
+        "max_tokens": 4,
+        "temperature": 0,
+    }
+    answers = [post(zest, PLAIN, "/v1/completions", body) for _ in range(2)]
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        assert "x-zest-cache" not in answer.headers
+        assert "device=cpu" in answer.headers["x-zest-route"]
+    alone = [post(zest, PLAIN, "/v1/completions", {**body, "prompt": p}) for p in body["prompt"]]
+    prompt_tokens = sum(a.json()["usage"]["prompt_tokens"] for a in alone)
+    for answer in answers:
+        assert [c["index"] for c in answer.json()["choices"]] == [0, 1]
+        assert answer.json()["usage"]["prompt_tokens"] == prompt_tokens
+    wide = post(zest, PLAIN, "/v1/completions", {**body, "n": 2, "temperature": 0.5})
+    assert wide.status_code == 400, wide.text
+    assert wide.json()["error"]["param"] == "prompt"
+    assert wide.json()["error"]["message"].startswith(
+        "prompt: 2 prompts with n=2 ask for 4 answers"
+    )
+
+
 def stream_text(server: Server, key: str, body: dict[str, Any]) -> tuple[str, str]:
     headers = {"authorization": f"Bearer {key}"}
     sent = {"model": "chat", "max_tokens": 8, "stream": True, **body}
     text = ""
     with httpx.stream(
-        "POST", f"{server.v1}/chat/completions", json=sent, headers=headers, timeout=60
-    ) as answer:
+        "POST", f"{server.v1}/chat/completions", json=sent, headers=headers, timeout=600
+    ) as answer:  # a hang guard: a first token on a loaded machine may take minutes
         for line in answer.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
                 chunk = json.loads(line.removeprefix("data: "))
@@ -256,7 +289,7 @@ def test_every_front_door_refuses_a_task_the_client_may_not_call(zest: Server, d
 
 def test_mcp_refuses_a_tool_the_client_may_not_call(zest: Server) -> None:
     async def scenario() -> tuple[Any, Any]:
-        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {TEAM_C}"}, timeout=120)
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {TEAM_C}"}, timeout=600)
         transport = streamable_http_client(f"{zest.base_url}/mcp", http_client=http)
         async with http, Client(transport, mode="legacy") as client:  # type: ignore[arg-type]
             listed = await client.list_tools()

@@ -117,7 +117,7 @@ def running(redis: Redis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def chat(url: str, n: int) -> httpx.Response:
     body = {"model": "chat", "messages": [{"role": "user", "content": f"Plant {n}?"}]}
     headers = {"authorization": f"Bearer {KEY}"}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=120)
+    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=600)
 
 
 def test_one_clients_requests_per_minute_are_held_across_the_fleet(running: Fleet) -> None:

@@ -44,7 +44,7 @@ def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def post(server: Server, path: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(f"{server.v1}{path}", json=body, timeout=120)
+    return httpx.post(f"{server.v1}{path}", json=body, timeout=600)
 
 
 def test_a_pinned_npu_without_fallback_fails_cleanly_without_an_npu(bare: Server) -> None:

@@ -41,7 +41,7 @@ class Case:
 
     task: str
     messages: list[dict[str, Any]] | None = None
-    prompt: str | None = None
+    prompt: str | list[str] | None = None  # a list: OpenAI's batch of prompts
     tools: list[dict[str, Any]] | None = None
 
 
@@ -58,8 +58,10 @@ def send_openai(server: Server, case: Case) -> httpx.Response:
     return httpx.post(f"{server.v1}/chat/completions", json=body, timeout=900)
 
 
-def send_ollama(server: Server, case: Case) -> httpx.Response:
+def send_ollama(server: Server, case: Case) -> httpx.Response | None:
     options = {"num_predict": 1}
+    if isinstance(case.prompt, list):
+        return None  # Ollama's generate takes one prompt
     if case.prompt is not None:
         body: dict[str, Any] = {"model": case.task, "prompt": case.prompt, "options": options}
         return httpx.post(f"{server.base_url}/api/generate", json=body | {"stream": False},
@@ -94,6 +96,8 @@ def send_mcp(server: Server, case: Case) -> httpx.Response | None:
 
     if case.tools:
         return None  # a tool call sends its task's arguments, no tools of its own
+    if isinstance(case.prompt, list):
+        return None  # a task's tool takes one prompt
     arguments: dict[str, Any] = {"max_tokens": 1}
     if case.prompt is not None:
         arguments["prompt"] = case.prompt

@@ -30,7 +30,7 @@ def embed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture
 def client(embed_server: Server) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(
-        base_url=embed_server.v1, api_key="unused", max_retries=0, timeout=60
+        base_url=embed_server.v1, api_key="unused", max_retries=0, timeout=600
     ) as made:
         yield made  # closed after the test: no socket left for the garbage collector
 
@@ -80,7 +80,7 @@ def test_base64_is_the_same_vector_as_float32_bytes(client: openai.OpenAI) -> No
     raw = httpx.post(
         f"{client.base_url}embeddings",
         json={"model": "embed", "input": text, "encoding_format": "base64"},
-        timeout=60,
+        timeout=600,
     ).json()
     packed = base64.b64decode(raw["data"][0]["embedding"])
     decoded = struct.unpack(f"<{len(packed) // 4}f", packed)
@@ -102,7 +102,7 @@ def test_the_async_client_and_the_task_endpoint(embed_server: Server) -> None:
             return reply.data[0].embedding
 
     vector = asyncio.run(run())
-    task = httpx.post(f"{embed_server.v1}/tasks/embed", json={"input": "Hello there."}, timeout=60)
+    task = httpx.post(f"{embed_server.v1}/tasks/embed", json={"input": "Hello there."}, timeout=600)
     assert task.status_code == 200
     assert cosine(task.json()["data"][0]["embedding"], vector) > 0.999
 

@@ -15,7 +15,9 @@ SMOKE = REPO / "examples" / "evals" / "smoke.jsonl"
 
 
 def zest_eval(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_zest("eval", *args, timeout=600)
+    """`zest eval`, each case given minutes (its 120 s default is a speed bound: a summary took
+    longer on a loaded machine), the whole set an hour, as hang guards."""
+    return run_zest("eval", *args, "--timeout", "600", timeout=3600)
 
 
 @pytest.mark.parametrize("task", ["chat", "summarization", "autocomplete"])

@@ -21,19 +21,30 @@ from zest.router import load_routes
 EXAMPLES = REPO / "examples"
 
 
-def run_example(
+# A guard against a hung example, not a measure of speed: the examples stream, with no cap of
+# their own, and a loaded machine may take minutes over a summary.
+HUNG_S = 900
+
+
+def example_run(
     server: Server, name: str, *args: str, stdin: str = "", url: str | None = None
-) -> str:
+) -> subprocess.CompletedProcess[str]:
     """The example against `server`: ZEST_URL is the server's root (or `url`: its /v1 works too)."""
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HUNG_S,
         env={**os.environ, "ZEST_URL": url or server.base_url},
         check=False,
     )
+
+
+def run_example(
+    server: Server, name: str, *args: str, stdin: str = "", url: str | None = None
+) -> str:
+    result = example_run(server, name, *args, stdin=stdin, url=url)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -81,7 +92,7 @@ def test_every_example_runs_as_its_docstring_says(
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=HUNG_S,
         env={**env, "ZEST_PORT": running.base_url.rsplit(":", 1)[1]},
         check=False,
     )
@@ -100,6 +111,14 @@ def test_autocomplete_example_echoes_and_continues(server: Server) -> None:
 
 def test_summarize_example_reads_stdin(server: Server) -> None:
     assert run_example(server, "summarize.py", stdin="Rain fell all day in the city. " * 5).strip()
+
+
+def test_summarize_example_shows_the_server_s_error(server: Server) -> None:
+    """Empty stdin: the server's 400, as it said it, and exit 1 (not a traceback)."""
+    result = example_run(server, "summarize.py", stdin="")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == "zest answered 400: the input is empty: send some text\n"
 
 
 def test_agent_example_calls_its_tool_and_uses_the_result(server: Server) -> None:
@@ -124,7 +143,7 @@ def exposed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def test_exposed_models_are_addressable_by_id(exposed: Server) -> None:
-    with httpx.Client(base_url=exposed.v1, timeout=60) as http:
+    with httpx.Client(base_url=exposed.v1, timeout=600) as http:
         ids = [(m["id"], m["zest"]["type"]) for m in http.get("/models").json()["data"]]
         assert ids == [("chat", "task"), ("smollm2", "model")]
         for path, body in (
@@ -152,7 +171,7 @@ def test_the_extraction_task_answers_in_its_schema_whatever_the_client_sends(
     assert isinstance(invoice["total"], int | float)
     assert invoice["currency"] in {"EUR", "USD", "GBP"}
     # The route's format wins over the client's (json_object here): still the invoice schema.
-    with openai.OpenAI(base_url=extraction.v1, api_key="u", max_retries=0, timeout=60) as client:
+    with openai.OpenAI(base_url=extraction.v1, api_key="u", max_retries=0, timeout=600) as client:
         answer = client.chat.completions.create(
             model="extract_invoice",
             messages=[{"role": "user", "content": "Invoice 9 from ACME, total 3 EUR"}],
@@ -171,7 +190,7 @@ def embeddings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture
 def extraction_client(extraction: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=extraction.v1, api_key="u", max_retries=0, timeout=60) as made:
+    with openai.OpenAI(base_url=extraction.v1, api_key="u", max_retries=0, timeout=600) as made:
         yield made
 
 

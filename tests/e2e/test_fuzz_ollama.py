@@ -126,7 +126,7 @@ def _fuzz(strategy: Any, base_url: str, sent: list[int]) -> None:
     )
     @given(case=strategy)
     def run(case: Case) -> None:
-        response = case.call(base_url=base_url, headers=AUTH, timeout=120)
+        response = case.call(base_url=base_url, headers=AUTH, timeout=600)
         sent.append(response.status_code)
         case.validate_response(response, checks=[negative_data_rejection], headers=AUTH)
         status, content = response.status_code, response.content

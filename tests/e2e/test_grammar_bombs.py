@@ -80,7 +80,7 @@ def test_bombs_beside_a_plain_chat_leave_it_and_the_server_serving(
 
     def plain() -> httpx.Response:
         body = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
-        return httpx.post(f"{server.v1}/chat/completions", json=body, timeout=120)
+        return httpx.post(f"{server.v1}/chat/completions", json=body, timeout=600)
 
     with ThreadPoolExecutor(4) as pool:
         chat = pool.submit(plain)

@@ -63,7 +63,7 @@ def zest(served: tuple[Server, Path]) -> Server:
 async def connected(
     server: Server, mode: str = "legacy", headers: dict[str, str] | None = None, **options: Any
 ) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(headers=headers or {}, timeout=120)
+    http = httpx2.AsyncClient(headers=headers or {}, timeout=600)
     transport = streamable_http_client(f"{server.base_url}/mcp", http_client=http)
     async with http, Client(transport, mode=mode, **options) as client:  # type: ignore[arg-type]
         yield client
@@ -296,7 +296,7 @@ def test_a_reload_that_changes_the_tasks_tells_the_clients(served: tuple[Server,
 
     async def reload(text: str) -> None:
         routes.write_text(text)
-        async with httpx.AsyncClient(timeout=120) as http:
+        async with httpx.AsyncClient(timeout=600) as http:
             reply = await http.post(f"{server.base_url}/api/v1/admin/reload")
             assert reply.status_code == 200, reply.text
 

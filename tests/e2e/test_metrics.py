@@ -6,6 +6,8 @@ between a scrape before and one after this module's requests.
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
@@ -20,7 +22,7 @@ SERVED = {"task": "chat", **SERVED_MODEL}
 
 @pytest.fixture
 def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=600)
 
 
 def test_metrics_are_served_at_the_top_level_and_under_both_prefixes(server: Server) -> None:
@@ -35,8 +37,12 @@ def test_metrics_are_served_at_the_top_level_and_under_both_prefixes(server: Ser
 def test_requests_move_the_counters_by_what_they_did(server: Server, client: openai.OpenAI) -> None:
     before = scrape(f"{server.base_url}/metrics")
     reply = client.chat.completions.create(model="chat", messages=QUESTION, max_tokens=8)
+    asked = time.monotonic()
     chunks, _ = stream_chat(client, "chat", QUESTION, 8)
-    invalid = httpx.post(f"{server.v1}/chat/completions", json={"model": "chat", "messages": []})
+    spent = time.monotonic() - asked  # what the stream took, seen from here
+    invalid = httpx.post(
+        f"{server.v1}/chat/completions", json={"model": "chat", "messages": []}, timeout=300
+    )
     after = scrape(f"{server.base_url}/metrics")
 
     assert invalid.status_code == 400
@@ -59,7 +65,7 @@ def test_requests_move_the_counters_by_what_they_did(server: Server, client: ope
     assert moved("zest_inter_token_latency_seconds_count", **SERVED) > 0
     assert moved("zest_pipeline_stage_seconds_count", stage="prefill", device="cpu") == 2
 
-    stats = httpx.get(f"{server.base_url}/api/v1/stats").json()  # the stream: errors don't count
+    stats = httpx.get(f"{server.base_url}/api/v1/stats", timeout=300).json()  # the stream
     assert stats["output_tokens"] == streamed.completion_tokens
     assert stats["prompt_tokens"] == streamed.prompt_tokens
     # Lemonade's input_tokens: the prompt less what the prefix cache (on by default) reused.
@@ -68,6 +74,6 @@ def test_requests_move_the_counters_by_what_they_did(server: Server, client: ope
     assert cached > 0  # the route's system prompt and examples, shared with `reply`
     assert stats["input_tokens"] == streamed.prompt_tokens - cached
     assert (stats["task"], stats["model"], stats["device"]) == ("chat", "smollm2", "cpu")
-    assert 0 < stats["time_to_first_token"] < 120
+    assert 0 < stats["time_to_first_token"] <= spent  # seconds, within the stream's own time
     assert len(stats["decode_token_times"]) <= streamed.completion_tokens - 1
     assert stats["tokens_per_second"] is None or stats["tokens_per_second"] > 0

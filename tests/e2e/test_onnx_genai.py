@@ -29,7 +29,7 @@ def onnx_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture
 def client(onnx_server: Server) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(
-        base_url=onnx_server.v1, api_key="unused", max_retries=0, timeout=60
+        base_url=onnx_server.v1, api_key="unused", max_retries=0, timeout=600
     ) as made:
         yield made  # closed after the test: no socket left for the garbage collector
 

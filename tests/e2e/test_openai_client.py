@@ -17,13 +17,13 @@ QUESTION = [{"role": "user", "content": "List the planets of the solar system."}
 
 @pytest.fixture
 def client(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=60) as made:
+    with openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=600) as made:
         yield made  # closed after the test: no socket left for the garbage collector
 
 
 @pytest.fixture
 def aclient(server: Server) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=60)
+    return openai.AsyncOpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=600)
 
 
 def test_chat_answers_with_usage_that_adds_up(client: openai.OpenAI) -> None:

@@ -62,12 +62,14 @@ def server(upstream: Proxy, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 def ask(server: Server, text: str) -> httpx.Response:
     body = {"model": "chat", "messages": [{"role": "user", "content": text}]}
-    return httpx.post(f"{server.v1}/chat/completions", json=body, timeout=120)
+    return httpx.post(f"{server.v1}/chat/completions", json=body, timeout=600)
 
 
 def explained(server: Server, text: str) -> dict[str, Any]:
     request = {"messages": [{"role": "user", "content": text}]}
-    answer = httpx.post(f"{server.v1}/explain", json={"task": "chat", "request": request})
+    answer = httpx.post(
+        f"{server.v1}/explain", json={"task": "chat", "request": request}, timeout=300
+    )
     assert answer.status_code == 200, answer.text
     return dict(answer.json()["outcome"])
 

@@ -113,7 +113,7 @@ def test_a_pinned_model_serves_and_shows_its_digest(pinned: tuple[Server, Path])
     assert [(s.labels, s.value) for s in info] == [
         ({"model": "smol", "engine": "llamacpp", "sha256": digest, "sha256_pinned": "true"}, 1.0)
     ]
-    served = httpx.post(f"{server.v1}/chat/completions", json=CHAT, timeout=60)
+    served = httpx.post(f"{server.v1}/chat/completions", json=CHAT, timeout=600)
     assert served.status_code == 200, served.text
     server.wait_for_log(f"sha256={digest} (pinned, verified)")
 
@@ -132,7 +132,9 @@ def test_a_file_replaced_under_the_server_is_refused_and_the_route_unready(
         f"model 'copy': {link} is not the pinned model: expected sha256 {digest}, the file has "
         f"{found}: re-download the model, or fix models.copy.sha256"
     )
-    refused = httpx.post(f"{server.v1}/chat/completions", json={**HELLO, "model": "copied"})
+    refused = httpx.post(
+        f"{server.v1}/chat/completions", json={**HELLO, "model": "copied"}, timeout=300
+    )
     assert refused.status_code == 503, refused.text
     error = refused.json()["error"]
     assert (error["code"], error["type"], error["message"]) == (
@@ -143,5 +145,5 @@ def test_a_file_replaced_under_the_server_is_refused_and_the_route_unready(
     ready = httpx.get(f"{server.v1}/ready", timeout=10)
     assert ready.status_code == 503
     assert ready.json()["unservable_routes"] == {"copied": message}
-    served = httpx.post(f"{server.v1}/chat/completions", json=CHAT, timeout=60)
+    served = httpx.post(f"{server.v1}/chat/completions", json=CHAT, timeout=600)
     assert served.status_code == 200, served.text  # the other route serves on

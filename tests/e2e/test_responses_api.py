@@ -28,7 +28,7 @@ WEATHER: Any = {
 
 @pytest.fixture
 def client(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120) as made:
+    with openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=600) as made:
         yield made  # closed after the test: no socket left for the garbage collector
 
 

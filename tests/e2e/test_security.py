@@ -55,7 +55,7 @@ def exposed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def chat(server: Server, headers: dict[str, str] | None = None) -> httpx.Response:
-    return httpx.post(f"{server.v1}/chat/completions", json=HI, headers=headers, timeout=60)
+    return httpx.post(f"{server.v1}/chat/completions", json=HI, headers=headers, timeout=600)
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -131,7 +131,7 @@ def test_a_body_over_the_limit_is_a_413(secured: Server) -> None:
     long_text = "word " * 1000  # 5,000 bytes of content against a 4,096-byte limit
     body = {**HI, "messages": [{"role": "user", "content": long_text}]}
     reply = httpx.post(
-        f"{secured.v1}/chat/completions", json=body, headers=bearer(ENV_KEYS[0]), timeout=60
+        f"{secured.v1}/chat/completions", json=body, headers=bearer(ENV_KEYS[0]), timeout=600
     )
     assert reply.status_code == 413
     assert error_of(reply) == {
@@ -228,7 +228,7 @@ def test_an_unreadable_key_file_stops_the_start(tmp_path: Path) -> None:
         env={**os.environ, "ZEST_API_KEYS_FILE": str(missing)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=600,
         check=False,
     )
     assert done.returncode == 1
@@ -239,7 +239,7 @@ def test_an_unreadable_key_file_stops_the_start(tmp_path: Path) -> None:
 
 
 def admin_reload(server: Server, headers: dict[str, str] | None = None) -> httpx.Response:
-    return httpx.post(f"{server.v1}/admin/reload", headers=headers, timeout=60)
+    return httpx.post(f"{server.v1}/admin/reload", headers=headers, timeout=600)
 
 
 def test_an_admin_route_needs_the_admin_key(secured: Server) -> None:
@@ -256,7 +256,7 @@ def test_an_admin_route_needs_the_admin_key(secured: Server) -> None:
 @pytest.mark.parametrize("action", ["load", "unload"])
 def test_loading_and_unloading_are_admin_routes(secured: Server, action: str) -> None:
     url = f"{secured.v1}/{action}"
-    refused = httpx.post(url, json={"model": "smollm2"}, headers=bearer(ENV_KEYS[0]), timeout=60)
+    refused = httpx.post(url, json={"model": "smollm2"}, headers=bearer(ENV_KEYS[0]), timeout=600)
     assert refused.status_code == 403
 
 

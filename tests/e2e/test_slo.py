@@ -25,7 +25,7 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def chat(server: Server, task: str, *, stream: bool = False) -> None:
     body = {"model": task, "messages": QUESTION, "max_tokens": 8, "stream": stream}
-    reply = httpx.post(f"{server.v1}/chat/completions", json=body, timeout=120)
+    reply = httpx.post(f"{server.v1}/chat/completions", json=body, timeout=600)
     assert reply.status_code == 200, reply.text
 
 

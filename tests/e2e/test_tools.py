@@ -47,7 +47,7 @@ ASK: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.fixture
 def client(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120) as made:
+    with openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=600) as made:
         yield made  # closed after the test: no socket left for the garbage collector
 
 
@@ -146,7 +146,7 @@ def test_streamed_calls_arrive_as_tool_call_deltas(client: openai.OpenAI) -> Non
 def test_the_async_client_gets_the_same_calls(server: Server) -> None:
     async def call() -> Any:
         async with openai.AsyncOpenAI(
-            base_url=server.v1, api_key="unused", max_retries=0, timeout=120
+            base_url=server.v1, api_key="unused", max_retries=0, timeout=600
         ) as aclient:
             return await aclient.chat.completions.create(
                 model="chat",

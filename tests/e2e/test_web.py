@@ -17,6 +17,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 from tests.e2e.conftest import REPO, Server, start_server, stop_server
+from tests.upstream import Behaviour, Proxy
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Chromium's own background traffic would knock on a closed network at every start.
@@ -114,7 +115,7 @@ def test_the_status_shows_usage_by_client_task_and_model(
     """An open loopback server shows everyone's usage (GET /v1/usage); a request made before
     the page opens is in it, counted for the caller `anonymous` (no named client)."""
     body = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
-    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=120).status_code == 200
+    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=600).status_code == 200
     page = Opened(browser, emulated)
     try:
         row = page.page.locator("#usage tbody tr", has_text="anonymous")
@@ -190,7 +191,7 @@ def test_the_routes_tab_shows_how_a_route_stands_against_its_slo(
     opened: Opened, emulated: Server
 ) -> None:
     body = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
-    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=60).status_code == 200
+    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=600).status_code == 200
     opened.tab("routes")
     slo = opened.page.locator(".plan[data-task=chat] .slo")
     ttft = slo.locator(".badge[data-objective=ttft_p95]")
@@ -274,7 +275,7 @@ def test_the_playground_shows_the_routing_decision_and_its_trace(opened: Opened)
 
 def test_the_live_figures_chart_the_requests_served(opened: Opened, emulated: Server) -> None:
     body = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
-    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=60).status_code == 200
+    assert httpx.post(f"{emulated.v1}/chat/completions", json=body, timeout=600).status_code == 200
     opened.tab("live")
     label = opened.page.locator("#chart-requests text.summary")
     label.wait_for()
@@ -346,24 +347,62 @@ def test_the_devices_table_fits_its_card(browser: Browser, emulated: Server, wid
     assert opened.problems == []
 
 
-def test_a_stopped_answer_is_marked_as_stopped(opened: Opened) -> None:
-    page = opened.page
-    page.wait_for_selector("#readiness.ok")
-    opened.tab("playground")
-    page.select_option("#task", "chat")
-    page.fill("#max-tokens", "300")
-    page.fill("#prompt", "Write a long story about a dragon and a knight.")
-    page.click("#send")
-    page.wait_for_function(
-        "() => (document.querySelector('.turn.assistant')?.textContent || '').split(' ').length > 3"
+@pytest.fixture(scope="module")
+def endless() -> Iterator[Proxy]:
+    """An upstream whose answer never ends until its client leaves (then `left` is set)."""
+    running = Proxy("http://127.0.0.1:9/v1", Behaviour(endless="and then "))
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory, endless: Proxy) -> Iterator[Server]:
+    """A server whose chat task is that upstream: an answer Stop always finds running, however
+    slow the machine (the bundled model's 300 tokens could end before the click)."""
+    folder = tmp_path_factory.mktemp("web-held")
+    routes = folder / "routes.yaml"
+    routes.write_text(
+        "version: 1\n"
+        "models:\n"
+        f"  teller: {{engine: remote, base_url: '{endless.v1}', model: teller}}\n"
+        "routes:\n"
+        "  chat: {kind: chat, model: teller, privacy: allow_remote, max_tokens: 100000}\n"
     )
-    page.click("#stop")
-    page.wait_for_selector("#send:not([disabled])")
-    reply = page.locator(".turn.assistant").last
-    assert "stopped" in (reply.get_attribute("class") or "")
-    assert reply.locator(".mark").text_content() == "stopped"
-    assert page.locator(".turn.error").count() == 0
-    page.screenshot(path=str(SHOTS / "playground-stopped.png"), full_page=True)
+    running = start_server(routes, folder / "zest.log", {"ZEST_EMULATE_DEVICES": ""})
+    yield running
+    stop_server(running)
+
+
+def test_a_stopped_answer_is_marked_as_stopped(
+    browser: Browser, held: Server, endless: Proxy
+) -> None:
+    endless.reset()
+    endless.behaviour = Behaviour(endless="and then ")
+    opened = Opened(browser, held)
+    page = opened.page
+    try:
+        page.wait_for_selector("#readiness.ok")
+        opened.tab("playground")
+        page.select_option("#task", "chat")
+        page.fill("#max-tokens", "100000")  # no cap the stream could reach before the click
+        page.fill("#prompt", "Write a long story about a dragon and a knight.")
+        page.click("#send")
+        page.wait_for_function(
+            "() => (document.querySelector('.turn.assistant')?.textContent || '')"
+            ".includes('and then and then')"
+        )  # the answer has begun, and never ends
+        page.click("#stop")
+        page.wait_for_selector("#send:not([disabled])")
+        reply = page.locator(".turn.assistant").last
+        assert "stopped" in (reply.get_attribute("class") or "")
+        assert reply.locator(".mark").text_content() == "stopped"
+        assert page.locator(".turn.error").count() == 0
+        # The stop reached the upstream: zest closed its stream (a hang guard, not a speed bound).
+        assert endless.left.wait(timeout=300)
+        page.screenshot(path=str(SHOTS / "playground-stopped.png"), full_page=True)
+    finally:
+        page.close()
     assert opened.problems == []
 
 

@@ -48,8 +48,9 @@ KINDS: dict[str, tuple[Callable[[], Engine], int]] = {
 }
 
 
-async def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Poll `condition` with a bound (the engines' threads move on their own clock)."""
+async def until(condition: Callable[[], bool], what: str, timeout: float = 300.0) -> None:
+    """Poll `condition` with a bound against a hang (the engines' threads move on their own
+    clock; a loaded machine's step may take seconds)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -97,7 +98,7 @@ async def scenario(engine: Engine, slots: int) -> tuple[OverloadedError, list[st
     await until(lambda: bool(first_token), "a queued request started")
     for stream in busy[1:]:
         await stream.aclose()
-    await asyncio.wait_for(asyncio.gather(low, high), timeout=60)
+    await asyncio.wait_for(asyncio.gather(low, high), timeout=300)  # a hang guard
     await until(lambda: runner.pending == 0, "the runner is idle again")
     return refused.value, first_token, pending_after_refusal
 

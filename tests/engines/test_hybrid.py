@@ -73,7 +73,7 @@ def test_an_answer_of_one_token_is_delivered_at_once(engines: tuple[Engine, Engi
 
     async def one_token() -> list[Delta]:
         return await asyncio.wait_for(
-            stream_all(hybrid, job_for(hybrid, PROMPTS[1], max_tokens=1)), timeout=120
+            stream_all(hybrid, job_for(hybrid, PROMPTS[1], max_tokens=1)), timeout=600
         )
 
     deltas = asyncio.run(one_token())

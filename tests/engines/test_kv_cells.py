@@ -66,9 +66,7 @@ def test_a_prompt_cancelled_while_it_is_prefilled_stops_within_one_step() -> Non
 
     async def run() -> tuple[int, int, list[Delta]]:
         stream = asyncio.ensure_future(stream_all(engine, job))
-        while scheduler.steps < 3:  # three chunks of the prompt in
-            await asyncio.sleep(0.005)
-        at_cancel = scheduler.steps
+        at_cancel = await _prefilling(scheduler)
         job.cancel()
         seen = await stream
         return at_cancel, scheduler.steps, seen
@@ -80,3 +78,39 @@ def test_a_prompt_cancelled_while_it_is_prefilled_stops_within_one_step() -> Non
         assert engine.kv_cells() == KvCells()  # nothing kept: no prefix cache here
     finally:
         asyncio.run(engine.close())
+
+
+def test_a_reader_that_gives_up_while_its_prompt_is_prefilled_stops_it_within_one_step() -> None:
+    """The gateway's path of a classify time-out (issue 33): asyncio cancels the wait for the
+    first delta (wait_for in serving/_routing.py) and nothing calls job.cancel(); the stream,
+    through the runner's admission as a lease streams, stops the job at the end of its step."""
+    engine = load(parallel=2, n_batch=32, n_ubatch=32, prefix_cache_tokens=0)
+    scheduler = cast(Any, engine)._runner
+    job = job_for(engine, LONG, max_tokens=8)
+    assert len(job.prompt_tokens) > 10 * 32
+
+    async def run() -> tuple[int, int]:
+        stream = engine.stream(job)
+        first = asyncio.ensure_future(anext(stream))
+        at_cancel = await _prefilling(scheduler)
+        first.cancel()  # as a time-out does: the reader is gone, the job is not told
+        await asyncio.wait([first])
+        while scheduler.kv.running:  # the batch has dropped it (and counted its cells)
+            await asyncio.sleep(0.005)
+        return at_cancel, scheduler.steps
+
+    try:
+        at_cancel, at_end = asyncio.run(run())
+        assert job.cancelled.is_set()
+        assert at_end - at_cancel <= 1, (at_cancel, at_end)
+        assert at_end * 32 < len(job.prompt_tokens)  # stopped well inside its prompt
+        assert engine.kv_cells() == KvCells()
+    finally:
+        asyncio.run(engine.close())
+
+
+async def _prefilling(scheduler: Any) -> int:
+    """Once three chunks of the prompt are in: the steps begun so far."""
+    while scheduler.steps < 3:
+        await asyncio.sleep(0.005)
+    return cast(int, scheduler.steps)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -222,10 +223,16 @@ def test_the_upstreams_retry_after_is_passed_on(proxy: Proxy) -> None:
 
 
 def test_headers_then_silence_is_a_first_token_timeout(proxy: Proxy) -> None:
-    proxy.behaviour.event_delay_s, proxy.behaviour.delay_after_events = 5.0, 0
+    """The proxy sends the headers itself, then nothing until released: not the real
+    upstream, whose own headers could take longer than read_s on a loaded machine."""
+    release = threading.Event()
+    proxy.behaviour.reply, proxy.behaviour.release = "", release
     remote = engine(proxy.v1, timeouts={"connect_s": 5, "read_s": 0.5})
     remote.load()
-    error = failure(remote, job())
+    try:
+        error = failure(remote, job())
+    finally:
+        release.set()  # the proxy's answer may end now
     assert isinstance(error, GatewayTimeoutError)
     assert error.code == "first_token_timeout"
     assert "sent its headers, then no first token within 0.5s" in error.message

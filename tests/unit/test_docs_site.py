@@ -30,7 +30,7 @@ def test_a_broken_link_fails_the_docs_build(tmp_path: Path) -> None:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
     )
     assert built.returncode != 0

@@ -182,3 +182,16 @@ def test_promtool_fires_the_slow_route_only(rules_file: Path, tmp_path: Path) ->
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "SUCCESS" in ran.stdout
+
+
+def test_an_example_routes_file_has_the_slo_zest_alerts_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A new user finds an slo to start from in examples/routes/ (issue 33)."""
+    example = Path(__file__).resolve().parents[3] / "examples" / "routes" / "lifecycle.yaml"
+    assert main(["alerts", "--routes", str(example)]) == 0
+    (group,) = yaml.safe_load(capsys.readouterr().out)["groups"]
+    assert [(r["alert"], r["labels"]["task"]) for r in group["rules"]] == [
+        ("ZestSloTtftP95Breached", "autocomplete"),
+        ("ZestSloDecodeRateBreached", "autocomplete"),
+    ]

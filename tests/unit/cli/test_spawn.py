@@ -26,7 +26,7 @@ def test_the_block_runs_once_the_server_answers_and_the_server_stops_after(
     command = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
     url = f"http://127.0.0.1:{port}/"
     with serving(command, url, tmp_path / "server.log", cwd=tmp_path) as process:
-        assert httpx.get(url).status_code == 200
+        assert httpx.get(url, timeout=300).status_code == 200
     assert process.poll() is not None
 
 

@@ -226,6 +226,21 @@ def test_more_choices_than_slots_are_refused_as_they_could_never_decode_together
     assert queue.waiting == 0
 
 
+def test_a_batch_larger_than_the_slots_is_refused_naming_its_prompts() -> None:
+    """A completions batch is one group (issue 33): its answers start together or not at all."""
+    batch = ChoiceGroup(6, prompts=3)
+    queue = grouped({"c0": batch}, slots=4, max_queue=8)
+    with pytest.raises(BadRequestError) as refused:
+        queue.offer("c0")
+    assert refused.value.message == (
+        "prompt: 3 prompts with n=2 ask for 6 answers, which decode together, and this model "
+        "decodes at most 4 sequences at once (options.parallel in routes.yaml): send at most 4 "
+        "answers (prompts times n) per request"
+    )
+    assert refused.value.param == "prompt"
+    assert queue.waiting == 0
+
+
 def test_a_one_sequence_runner_takes_more_choices_one_after_another() -> None:
     """An onnx-genai model decodes one sequence at a time: its choices never decode together,
     and take its slot in turn."""

@@ -422,3 +422,26 @@ async def test_a_loaded_engine_lists_its_digest() -> None:
     [entry] = engines.loaded()
     listed = describe(entry, 0.0, ModelPolicy())
     assert (listed["sha256"], listed["sha256_pinned"], listed["pinned"]) == ("f" * 64, True, False)
+
+
+@sync
+async def test_loaded_says_queued_for_the_requests_waiting_for_a_slot_only() -> None:
+    """GET /v1/loaded's `queued`: what waits for a slot, not what runs too (issue 33)."""
+    engines, _ = pool()
+    await use(engines, "a")
+    entry = engines.loaded()[0]
+    assert isinstance(entry.engine, CountingEngine)
+    entry.engine.hold = asyncio.Event()
+    slots = 4  # options.parallel's default
+
+    async def finish() -> str | None:
+        deltas = entry.runner.stream(GenerationJob.greedy([1], max_tokens=1))
+        return [delta async for delta in deltas][-1].finish_reason
+
+    streams = [asyncio.ensure_future(finish()) for _ in range(slots + 1)]
+    await asyncio.sleep(0)  # four admitted, generating; the fifth waits
+    assert (entry.runner.pending, entry.runner.waiting) == (slots + 1, 1)
+    assert describe(entry, 0.0, None)["queued"] == 1
+    entry.engine.hold.set()
+    assert await asyncio.wait_for(asyncio.gather(*streams), 10) == ["stop"] * (slots + 1)
+    assert describe(entry, 0.0, None)["queued"] == 0

@@ -180,3 +180,30 @@ def test_the_runner_bounds_an_upstream_to_max_in_flight_before_asking_it() -> No
         await remote.close()
 
     asyncio.run(scenario())
+
+
+def test_a_remote_job_stopped_before_its_end_still_has_its_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As a local job's (issue 33): finish=cancelled with what came so far; a job read to its
+    end has the one line of its end."""
+    caplog.set_level("INFO", logger="zest.engines")
+    handler, _ = answers(sse(), sse())
+
+    async def scenario() -> None:
+        remote = engine(handler, Clock())
+        try:
+            deltas = remote.stream(replace(job(), label="req_a"))
+            assert (await anext(deltas)).text == "Hel"
+            await deltas.aclose()  # its client left
+            whole = [d.text async for d in remote.stream(replace(job(), label="req_b"))]
+            assert "".join(whole) == "Hello"
+        finally:
+            await remote.close()
+
+    asyncio.run(scenario())
+    written = [r.getMessage() for r in caplog.records if r.name == "zest.engines"]
+    assert [line.split(" seconds=")[0] for line in written] == [
+        "req_a: finish=cancelled prompt_tokens=unknown completion_tokens=1 max_tokens=8",
+        "req_b: finish=stop prompt_tokens=5 completion_tokens=2 max_tokens=8",
+    ]

@@ -194,3 +194,36 @@ async def test_a_request_that_leaves_an_engine_with_its_own_queue_gives_its_plac
     assert runner.pending == 0
     engine.release.set()
     assert [d.text for d in await run(runner, job("next"))] == ["x"]
+
+
+def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "zest.engines"]
+
+
+def test_a_job_left_while_it_waits_still_has_its_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every generation has one line however it ends (issue 33): a caller that leaves while its
+    job waits for a slot gets the engine's form of it from the runner, and the job that reached
+    the engine none from the runner (the engine writes its own)."""
+    caplog.set_level("INFO", logger="zest.engines")
+
+    async def scenario() -> None:
+        engine = HeldEngine()
+        runner = Runner(engine, Admission(slots=1, max_queue=4))
+        running = asyncio.ensure_future(run(runner, job("req_a task=t model=m device=cpu")))
+        waiting = asyncio.ensure_future(run(runner, job("req_b task=t model=m device=cpu")))
+        await settle()
+        assert runner.waiting == 1
+        waiting.cancel()  # its client left
+        await settle()
+        engine.release.set()
+        await running
+
+    asyncio.run(scenario())
+    (line,) = lines(caplog)
+    assert line.startswith(
+        "req_b task=t model=m device=cpu: finish=cancelled prompt_tokens=1 completion_tokens=0 "
+        "max_tokens=1 seconds="
+    )
+    assert line.endswith(" (left while waiting for a slot)")

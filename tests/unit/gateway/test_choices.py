@@ -103,3 +103,52 @@ def test_a_choice_failing_before_its_first_token_stops_the_others(
 
     asyncio.run(scenario())
     assert choices.stopped() == (0, [True], [0], [1, 3])
+
+
+def test_a_batch_of_prompts_starts_n_choices_each_in_openai_s_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Choice k is prompt k // n's (OpenAI's index order), with its own request id; all the
+    batch's answers are admitted together (a part left waiting for the slots another part
+    holds until the answer is read would never start); the rules read the prompts joined with
+    newlines, once for the whole batch."""
+    started: list[dict[str, Any]] = []
+    routed: list[str] = []
+
+    async def start(*_: Any, **given: Any) -> Generation:
+        started.append(given)
+        stream = Choices().stream(0)
+        return generation(stream, first=await anext(stream))
+
+    async def route(runtime: Any, name: str, kind: Any, body: Any, inputs: Any, **_: Any) -> Routed:
+        routed.append(inputs["prompt"])
+        return await route_to_itself(runtime, name)
+
+    monkeypatch.setattr(_generation, "start_generation", start)
+    monkeypatch.setattr(_generation, "route_request", route)
+    body = SamplingFields(n=2, seed=7)
+
+    async def scenario() -> list[Generation]:
+        gens = await start_choices(
+            None,  # type: ignore[arg-type]
+            "autocomplete",
+            kind="completion",
+            body=body,
+            request_id="req_1",
+            prompt="alpha\nomega",
+            prompts=["alpha", "omega"],
+        )
+        await _generation.close_all(gens)
+        return gens
+
+    assert len(asyncio.run(scenario())) == 4
+    assert routed == ["alpha\nomega"]
+    assert [(s["prompt"], s["request_id"], s["body"].seed) for s in started] == [
+        ("alpha", "req_1", 7),
+        ("alpha", "req_1-1", 8),
+        ("omega", "req_1-2", 7),
+        ("omega", "req_1-3", 8),
+    ]
+    [group] = {id(s["group"]): s["group"] for s in started}.values()
+    assert (group.size, group.prompts) == (4, 2)  # one group: the batch starts together
+    assert {s["routed"].task for s in started} == {"autocomplete"}

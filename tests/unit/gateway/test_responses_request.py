@@ -65,15 +65,17 @@ def test_an_item_of_an_unknown_type_is_named_with_the_types_zest_reads(
     assert refusal(body) == (
         "input.1.type",
         f"input.1.type: an item of type {shown} is not one zest reads: send message, "
-        "function_call and function_call_output items",
+        "function_call and function_call_output items, or the user's text and images as they "
+        "are (strings, input_text and input_image parts)",
     )
 
 
-def test_an_item_that_is_no_object_says_what_an_item_is() -> None:
-    assert refusal({"model": "chat", "input": ["Hi"]}) == (
+def test_an_item_that_is_no_object_nor_text_says_what_an_item_is() -> None:
+    assert refusal({"model": "chat", "input": [5]}) == (
         "input.0",
-        'input.0: an input item is an object: send a message ({"role": "user", "content": '
-        "\"...\"}) or a function_call or function_call_output item, got 'Hi'",
+        'input.0: an input item is an object or a string: send a message ({"role": "user", '
+        '"content": "..."}), a function_call or function_call_output item, or the user\'s '
+        "text, got 5",
     )
 
 
@@ -112,4 +114,67 @@ def test_a_function_call_output_must_follow_its_call() -> None:
         "input: item 2 (function_call_output) answers call_id 'c2', which no function_call "
         "item before it has: send the function_call item (its call_id, name and arguments, "
         "as the answer gave them) before its output",
+    )
+
+
+# -- bare items: the user's content without a message around it (issue 33, item 6) ------------
+
+
+def test_bare_strings_are_one_user_turn_and_the_text_the_rules_read() -> None:
+    """Lemonade's role-less form: every bare item's text, in order, joined with newlines."""
+    request = ResponsesRequest.model_validate(
+        {"model": "chat", "input": ["alpha at the start", "omega at the end"]}
+    )
+    assert roles_and_texts(request) == [("user", "alpha at the start\nomega at the end")]
+    assert request.routing_inputs().text == "alpha at the start\nomega at the end"
+    assert not request.routing_inputs().has_images
+
+
+def test_bare_content_parts_are_one_user_turn_with_its_image() -> None:
+    request = ResponsesRequest.model_validate(
+        {
+            "model": "chat",
+            "input": [
+                {"type": "input_text", "text": "describe this picture"},
+                {"type": "input_image", "image_url": "https://example.com/cat.png"},
+            ],
+        }
+    )
+    (turn,) = request.messages()
+    assert turn.role == "user"
+    assert turn.routing_text() == "describe this picture"
+    assert turn.has_images()
+    assert request.routing_inputs().text == "describe this picture"
+    assert request.routing_inputs().has_images
+
+
+def test_a_user_message_is_what_the_rules_read_even_beside_bare_items() -> None:
+    """As Lemonade: bare items are read only when no message has the user's role; each run of
+    them is still a user turn of its own, in its place."""
+    request = ResponsesRequest.model_validate(
+        {
+            "model": "chat",
+            "input": [
+                {"role": "user", "content": "please escalate"},
+                {"role": "assistant", "content": "Done."},
+                "thanks",
+                {"type": "input_text", "text": "bye"},
+            ],
+        }
+    )
+    assert roles_and_texts(request) == [
+        ("user", "please escalate"),
+        ("assistant", "Done."),
+        ("user", "thanks\nbye"),
+    ]
+    assert request.routing_inputs().text == "please escalate"
+
+
+def test_a_bare_output_text_part_is_refused_naming_what_is_read() -> None:
+    body = {"model": "chat", "input": [{"type": "output_text", "text": "an old answer"}]}
+    assert refusal(body) == (
+        "input.0.type",
+        "input.0.type: an item of type 'output_text' is not one zest reads: send message, "
+        "function_call and function_call_output items, or the user's text and images as they "
+        "are (strings, input_text and input_image parts)",
     )

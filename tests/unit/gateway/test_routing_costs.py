@@ -284,3 +284,44 @@ def test_a_condition_that_times_out_writes_its_access_line(
     assert re.fullmatch(
         r'routing - "CLASSIFY classifier" 504 req_1 0\.\d{3}s \(timed out after 0\.05 s\)', line
     ), line
+
+
+def test_each_model_backed_condition_s_request_has_its_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Answered, timed out or abandoned with its request, a condition's request writes one
+    access line (issue 33); a cached result made no request and writes none."""
+
+    async def embed_inputs(runtime: Any, name: str, texts: Any, **_: Any) -> Any:
+        if texts != ["a phrase"] and texts[0] != "answered":
+            await asyncio.Event().wait()  # never answers
+        result = Embeddings(tuple((1.0, 0.0) for _ in texts), 1)
+        return _embedding.Embedded(None, None, None, result)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_conditions, "embed_inputs", embed_inputs)
+    condition = SimilarTo(via="embed", label="code", min_score=0.5, timeout_s=0.05)
+    serving, oracle = runtime(CountingTokenizer()), RoutingOracle()
+    caller = serving.routes.config.routes["chat"]
+
+    def asked(text: str) -> ConditionQuery:
+        models = ServingConditions(serving, _generation.start_generation)
+        return ConditionQuery(models, serving.routes, caller, condition, text)
+
+    async def scenario() -> None:
+        await oracle.resolve(asked("answered"))
+        await oracle.resolve(asked("answered"))  # cached: no request
+        await oracle.resolve(asked("slow"))  # times out
+        abandoned = asyncio.ensure_future(oracle.resolve(asked("left")))
+        await asyncio.sleep(0)  # it runs until it awaits the embedding
+        abandoned.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await abandoned
+
+    with caplog.at_level(logging.INFO, logger="zest.access"):
+        asyncio.run(scenario())
+    written = [r.getMessage() for r in caplog.records if r.name == "zest.access"]
+    assert [re.sub(r" \d+\.\d{3}s", " Ns", line) for line in written] == [
+        'routing - "SIMILAR_TO embed" 200 - Ns',
+        'routing - "SIMILAR_TO embed" 504 - Ns (timed out after 0.05 s)',
+        'routing - "SIMILAR_TO embed" 499 - Ns (the request went away)',
+    ]
