@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from zest.bench import _grammar_cost, _quality
 from zest.bench._compare import row
 from zest.bench._routing import TARGET_P50_MS
 from zest.bench._workload import Level
@@ -28,6 +29,8 @@ def format_report(report: dict[str, Any]) -> str:
         _zest_alone,
         _routing,
         _backends,
+        _quality.report_lines,
+        _grammar_cost.report_lines,
     )
     for part in parts:
         lines += part(report)
@@ -107,6 +110,12 @@ def targets(report: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
     if speculation:
         ratio = speculation["ratio"]
         found.append(("summarization: prompt lookup decode >= 1.5x", ratio, "x", ratio >= 1.5))
+    found += _quality.targets(report, PEER)
+    grammar = report.get("grammar")
+    if grammar:
+        ratio, most = grammar["ratio_p50"], _grammar_cost.TARGET_RATIO
+        name = f"grammar: a neighbour beside the worst schema <= {most}x alone"
+        found.append((name, ratio, "x", ratio <= most))
     hundred = _rules_row(report, 100)
     if hundred:
         p50 = hundred["p50_ms"]

@@ -1,8 +1,10 @@
 """`zest bench`: zest against llama.cpp's llama-server, the packaged llama_cpp.server and raw
 llama-cpp-python in one run, beside the hardware ceiling; an interactive task beside a batch
-task, zest and llama-server side by side (mixed, bench/_mixed.py); and zest's own phases (cold
-start, prefill, decode, latency, prefix reuse, speculation, a sustained load, routing decisions,
-and each backend llama.cpp finds here: bench/_backends.py).
+task, zest and llama-server side by side (mixed, bench/_mixed.py); structured outputs against
+llama-server (quality, bench/_quality.py); and zest's own phases (cold start, prefill, decode,
+latency, prefix reuse, speculation, a sustained load, routing decisions, the worst schema beside
+a neighbour (grammar, bench/_grammar_cost.py), and each backend llama.cpp finds here:
+bench/_backends.py).
 
 Every server is started here on loopback with the same model file and threads; levels are
 interleaved server by server, and the ceiling is measured in the same run: shared machines
@@ -23,7 +25,9 @@ from typing import Any
 from zest.bench import _phases
 from zest.bench._backends import backends
 from zest.bench._compare import PROMPT_TOKENS, ceiling, compare_servers
+from zest.bench._grammar_cost import grammar_cost
 from zest.bench._mixed import MixedServer, mixed
+from zest.bench._quality import quality
 from zest.bench._report import format_report, plot
 from zest.bench._routing import routing
 from zest.bench._servers import (
@@ -50,10 +54,12 @@ PHASES = (
     "decode",
     "latency",
     "sustained",
+    "grammar",
+    "quality",
 )
 # The phases that need no zest server of the bench's (backends starts one of its own).
 IN_PROCESS = ("cold", "routing", "backends")
-LONG = ("mixed", "sustained")  # minutes each: run when named (or `all`)
+LONG = ("mixed", "sustained", "quality")  # minutes each: run when named (or `all`)
 DEFAULT_PHASES = tuple(phase for phase in PHASES if phase not in LONG)
 
 
@@ -101,6 +107,10 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
                 report.update(_servers(options, zest))
             if "mixed" in phases:
                 report["mixed"] = _mixed(options, zest)
+            if "quality" in phases:
+                report["quality"] = _quality(options, zest)
+            if "grammar" in phases:
+                report["grammar"] = grammar_cost(zest, options.rounds)
             report.update(_zest_phases(options, zest, process.pid))
     return _written(report, out)
 
@@ -180,6 +190,22 @@ def _mixed(options: BenchOptions, zest: Any) -> dict[str, Any]:
             )
             servers.append(MixedServer(peer.name, peer.base, peer.model, peer.model))
         return mixed(servers, seconds=options.seconds, rounds=options.rounds)
+
+
+def _quality(options: BenchOptions, zest: Any) -> dict[str, Any]:
+    """The quality phase: zest and llama-server (started here), the same requests to each."""
+    binary = _llama_server_binary(options, "the quality phase measures zest alone")
+    with ExitStack() as stack:
+        servers = [zest]
+        if binary is not None:
+            peer = llama_server(
+                binary, options.model, options.threads, options.peer_port or free_port()
+            )
+            stack.enter_context(
+                serving(peer.command, peer.probe, options.out / peer.log, name=peer.name)
+            )
+            servers.append(peer)
+        return quality(servers, seeds=max(options.rounds, 1))
 
 
 def _zest_phases(options: BenchOptions, zest: Any, pid: int) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The grammar checker's child process: JSON Schema in, checked GBNF grammar out.
 
 Run as a script by engines/_grammar_check.py (standard library and llama_cpp only, so it starts
-fast). Each line on stdin is `{"schema": "<JSON text>"}`; each answer, one line on stdout, is
-`{"grammar": ...}` or `{"error": kind, "detail": ...}`. The converter runs under an address-space
+fast; the converter is engines/_grammar_convert.py, loaded by its path). Each line on stdin is
+`{"schema": "<JSON text>"}`; each answer, one line on stdout, is `{"grammar": ...}` or
+`{"error": kind, "detail": ...}`. The converter runs under an address-space
 limit (a MemoryError is an answer, not a crash), and llama.cpp parses the grammar on a thread
 whose stack is far smaller than any serving thread's: a grammar that parses here parses there
 with room to spare, and one that would overflow a stack kills only this process.
@@ -31,10 +32,27 @@ def _vm_bytes() -> int:
     return 0
 
 
-def _convert(schema: str) -> str:
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
+def _converter() -> Any:
+    """engines/_grammar_convert.py, loaded by its path: this script runs outside the zest
+    package (importing it would import the engines), and that module needs only llama_cpp."""
+    import importlib.util
+    from pathlib import Path
 
-    return str(json_schema_to_gbnf(schema)).replace(_LOOSE_CHAR, _JSON_CHAR)
+    name = "zest_grammar_convert"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).with_name("_grammar_convert.py")
+        )
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _convert(schema: str) -> str:
+    return str(_converter().schema_to_grammar(schema)).replace(_LOOSE_CHAR, _JSON_CHAR)
 
 
 def _parses(grammar: str, stack_bytes: int) -> bool:
@@ -83,6 +101,8 @@ def answer_line(schema: str, max_bytes: int, stack_bytes: int) -> str:
 def main() -> None:
     memory, max_bytes, stack_bytes = (int(arg) for arg in sys.argv[1:4])
     import llama_cpp  # noqa: F401  (loaded before the limit: its libraries are mapped once)
+
+    _converter()
 
     limit = _vm_bytes() + memory
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

@@ -412,7 +412,7 @@ class GrammarCheckedSampler:
         self._lib, self._chain, self._grammar, self._n_vocab = lib, chain, grammar, n_vocab
         self._candidates = (lib.llama_token_data * n_vocab)()
         self._view = np.frombuffer(self._candidates, dtype=_TOKEN_DATA)
-        self._view["id"] = np.arange(n_vocab, dtype=np.int32)
+        self._ids = np.arange(n_vocab, dtype=np.int32)
         self._one = (lib.llama_token_data * 1)()
         self.full_checks = 0  # draws the grammar had to constrain (tests and benches read it)
 
@@ -420,7 +420,7 @@ class GrammarCheckedSampler:
         pointer = self._lib.llama_get_logits_ith(ctx.ctx, index)
         logits = np.ctypeslib.as_array(pointer, shape=(self._n_vocab,))
         token = self._draw(logits, constrained=False)
-        if not self._allowed(token, float(logits[token])):
+        if not self._allowed(token):
             self.full_checks += 1
             token = self._draw(logits, constrained=True)
         self._lib.llama_sampler_accept(self._grammar, token)
@@ -434,18 +434,25 @@ class GrammarCheckedSampler:
         self._chain.close()
 
     def _draw(self, logits: Any, *, constrained: bool) -> int:
+        # Every field, every draw: the chain sorts and truncates the array in place (top-k,
+        # top-p), so after one draw position i no longer holds token i.
+        self._view["id"] = self._ids
         self._view["logit"] = logits
         self._view["p"] = 0.0
         candidates = self._array(self._candidates, self._n_vocab)
         if constrained:
             self._lib.llama_sampler_apply(self._grammar, ctypes.byref(candidates))
         self._lib.llama_sampler_apply(self._chain.sampler, ctypes.byref(candidates))
-        return int(self._candidates[candidates.selected].id)
+        if candidates.selected < 0:
+            raise EngineError("generation failed: the sampler chain selected no token")
+        return int(candidates.data[candidates.selected].id)
 
-    def _allowed(self, token: int, logit: float) -> bool:
-        self._one[0].id, self._one[0].logit, self._one[0].p = token, logit, 0.0
+    def _allowed(self, token: int) -> bool:
+        """Whether the grammar allows `token` next: it sets a forbidden token's logit to -inf
+        (the logit given is llama.cpp's common sampler's, so a raw -inf never reads as one)."""
+        self._one[0].id, self._one[0].logit, self._one[0].p = token, 1.0, 0.0
         self._lib.llama_sampler_apply(self._grammar, ctypes.byref(self._array(self._one, 1)))
-        return bool(np.isfinite(self._one[0].logit))
+        return bool(self._one[0].logit != -np.inf)
 
     def _array(self, data: Any, size: int) -> Any:
         return self._lib.llama_token_data_array(

@@ -78,6 +78,7 @@ from zest.router._schema_limits import (
     check_json_schema,
     check_json_schemas,
 )
+from zest.router._schema_refs import relocated
 
 __all__ = [
     "ALL_TASKS",
@@ -138,6 +139,7 @@ __all__ = [
     "peak_priority",
     "phrases_of",
     "plan_route",
+    "relocated",
     "resolve_client_keys",
     "route_for_client",
     "rule_warnings",

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
 from zest.errors import shown
+from zest.router._schema_keywords import check_keywords
 
 __all__ = [
     "SCHEMA_LIMITS",
@@ -58,7 +59,7 @@ def check_json_schema(schema: Any, limits: SchemaLimits = SCHEMA_LIMITS) -> None
     """Raise ValueError naming the keyword, where it is, and the limit or contradiction."""
     if not isinstance(schema, Mapping):
         raise ValueError(f"a JSON Schema is an object, got {shown(schema)}")
-    _Walk(limits).node(schema, ())
+    _Walk(limits, schema).node(schema, ())
 
 
 def check_json_schemas(
@@ -73,6 +74,8 @@ def check_json_schemas(
     for where, schema in schemas:
         if not isinstance(schema, Mapping):
             raise ValueError(f"{where}: a JSON Schema is an object, got {shown(schema)}")
+        # Each part's local references name places in that part, as its sender wrote it.
+        walk.root = schema
         walk.node(schema, (where,))
 
 
@@ -88,6 +91,8 @@ BoundedJsonSchema = Annotated[dict[str, Any], AfterValidator(_bounded)]
 @dataclass
 class _Walk:
     limits: SchemaLimits
+    # The schema whose local `$ref`s the keywords' checks resolve against.
+    root: Mapping[str, Any] = field(default_factory=dict)
     subschemas: int = 0
     enum_values: int = 0
     enum_bytes: int = 0
@@ -109,6 +114,7 @@ class _Walk:
         _check_satisfiable(schema, path)
         if isinstance(pattern := schema.get("pattern"), str):
             _check_pattern(pattern, (*path, "pattern"), self.limits)
+        check_keywords(schema, path, self.root)
         for child, where in _children(schema, path):
             self.node(child, where, depth + 1)
 

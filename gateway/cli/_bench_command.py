@@ -23,7 +23,8 @@ def add_bench_command(commands: Any) -> None:
         "--phases",
         default="default",
         help="comma-separated, of cold, routing, backends, servers, mixed, prefix, speculation, "
-        "prefill, decode, latency, sustained; `default`: all but mixed and sustained; `all`",
+        "prefill, decode, latency, sustained, grammar, quality; `default`: all but mixed, "
+        "sustained and quality; `all`",
     )
     bench.add_argument("--levels", default="1,2,4,8", help="concurrency levels (default 1,2,4,8)")
     bench.add_argument(

@@ -20,7 +20,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from zest.errors import BadRequestError, shown
-from zest.router import BoundedJsonSchema, JsonSchemaFormat, ResponseFormat, check_json_schemas
+from zest.router import (
+    BoundedJsonSchema,
+    JsonSchemaFormat,
+    ResponseFormat,
+    check_json_schemas,
+    relocated,
+)
 
 __all__ = [
     "FunctionCall",
@@ -159,18 +165,24 @@ class ToolUse:
         return tuple(t for t in self.tools if t.function.name == self.choice)
 
     def response_format(self) -> ResponseFormat:
-        """The answer's JSON Schema, for the engines' grammar."""
+        """The answer's JSON Schema, for the engines' grammar. Each tool's parameters keep
+        their local `$ref`s, rewritten to where the envelope puts them."""
+        tools = self.callable()
+        items_at = ("/anyOf/0" if self.choice == "auto" else "") + "/properties/tool_calls/items"
         call_items = [
             {
                 "type": "object",
                 "properties": {
                     "name": {"const": t.function.name},
-                    "arguments": t.function.parameters,
+                    "arguments": relocated(
+                        t.function.parameters,
+                        f"{items_at}{f'/anyOf/{i}' if len(tools) > 1 else ''}/properties/arguments",
+                    ),
                 },
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
             }
-            for t in self.callable()
+            for i, t in enumerate(tools)
         ]
         calls = {
             "type": "object",
@@ -189,7 +201,11 @@ class ToolUse:
         if self.choice == "auto":
             answer = {
                 "type": "object",
-                "properties": {"response": self.answer_schema or {"type": "string"}},
+                "properties": {
+                    "response": relocated(
+                        self.answer_schema or {"type": "string"}, "/anyOf/1/properties/response"
+                    )
+                },
                 "required": ["response"],
                 "additionalProperties": False,
             }

@@ -225,5 +225,5 @@ def test_a_client_schema_constrains_a_plain_chat_task(extraction_client: openai.
                 "json_schema": {"name": "x", "schema": {"not": {}}},
             },
         )
-    assert refused.value.param == "response_format"
-    assert "cannot constrain the output to this JSON Schema" in refused.value.message
+    assert refused.value.param == "response_format.json_schema.schema"
+    assert "not: zest cannot constrain an answer to not" in refused.value.message

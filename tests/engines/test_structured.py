@@ -68,9 +68,14 @@ def test_unconstrained_the_model_does_not_answer_json(engine: Engine) -> None:
         json.loads(text)
 
 
+# Past the router's keyword checks (router/_schema_keywords.py), a pattern neither engine's
+# regular expressions read: a lookahead.
+LOOKAHEAD = {"type": "string", "pattern": "^(?=a)[a-z]+$"}
+
+
 def test_a_schema_the_engine_cannot_constrain_to_is_a_400(engine: Engine) -> None:
     fmt = ResponseFormat.model_validate(
-        {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {"type": "string"}}}}
+        {"type": "json_schema", "json_schema": {"name": "x", "schema": LOOKAHEAD}}
     )
     job = dataclasses.replace(job_for(engine, "Hi", max_tokens=8), response_format=fmt)
     with pytest.raises(BadRequestError) as refused:

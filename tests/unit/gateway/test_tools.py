@@ -183,6 +183,41 @@ def test_only_an_assistant_turn_that_calls_tools_may_have_no_content() -> None:
         ChatMessage.model_validate({"role": "user", "content": None})
 
 
+def pointed(root: dict[str, Any], ref: str) -> Any:
+    target: Any = root
+    for part in ref.removeprefix("#/").split("/"):
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    return target
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", "named"])
+def test_a_tools_local_references_point_into_its_own_parameters(choice: str) -> None:
+    """The parameters sit inside the envelope: their `#/$defs/...` are rewritten to where
+    they now are, and resolve to the tool's own definitions."""
+    place = {"type": "object", "properties": {"city": {"type": "string"}}}
+    parameters = {
+        "type": "object",
+        "properties": {"from": {"$ref": "#/$defs/place"}, "to": {"$ref": "#/$defs/place"}},
+        "$defs": {"place": place},
+    }
+    tools = [
+        Tool.model_validate({"type": "function", "function": {"name": "time"}}),
+        Tool.model_validate(
+            {"type": "function", "function": {"name": "route", "parameters": parameters}}
+        ),
+    ]
+    use = tool_use_for(tools, choose("route") if choice == "named" else choice, None)
+    assert use is not None
+    envelope = use.response_format().constraint()
+    assert envelope is not None
+    text = json.dumps(envelope)
+    refs = [part.split('"')[0] for part in text.split('"$ref": "')[1:]]
+    assert len(refs) == 2
+    for ref in refs:
+        assert ref.endswith("/properties/arguments/$defs/place")
+        assert pointed(envelope, ref) == place
+
+
 def nested(depth: int) -> dict[str, Any]:
     schema: dict[str, Any] = {}
     for _ in range(depth):
