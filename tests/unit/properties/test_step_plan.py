@@ -239,11 +239,14 @@ def test_a_top_priority_request_has_its_first_token_within_m_steps_of_a_free_slo
         assert model.step < 10_000
     assert top.admitted_at is not None
     assert top.first_token_at is not None
-    # Each step gives it at least what the aging rule leaves of the full budget.
+    # Each step gives it at least what the aging rule leaves of the full budget. Where the
+    # aged sequences' rows can fill a whole step (full <= slots x MIN_CHUNK), they take at
+    # most ceil((slots - 1) / full) steps in a row, each served one then sits out no more
+    # than AGING_STEPS, so the top gets a token at least once in that many steps plus one.
     m = (
         math.ceil(prompt / (budget.full - slots * MIN_CHUNK))
         if budget.full > slots * MIN_CHUNK
-        else prompt
+        else prompt * (math.ceil((slots - 1) / budget.full) + 1)
     )
     assert top.first_token_at - top.admitted_at < max(m, 1), (top, budget)
 
