@@ -1,16 +1,20 @@
-"""`zest bench --phases mixed`: an interactive task beside a batch task on one model (issue 25).
+"""`zest bench --phases mixed`: an interactive task beside a batch task on one model (issues
+25 and 35).
 
 One autocomplete request a second (a fresh ~40-token text, 16 tokens, streamed) for `seconds`,
-first alone, then beside `SUMMARIES` clients that loop summaries of fresh ~1,600-token documents
-(128 tokens each). zest takes the tasks' priorities from its routes (`autocomplete` above
-`summarization`, bench/_servers.py); llama-server serves both as they come. Each server runs its
-idle and its loaded spell in turn, round by round with the order alternating, in one run.
+first alone (idle), then beside `SUMMARIES` clients that loop summaries of fresh ~1,600-token
+documents (128 tokens each: loaded), then beside as many looping summaries as the servers have
+slots (`SLOTS`: full, every slot held, where zest preempts). zest takes the tasks' priorities
+from its routes (`autocomplete` above `summarization`, bench/_servers.py); llama-server serves
+both as they come. Each server runs its spells in turn, round by round with the order
+alternating, in one run.
 
-Read off: the autocomplete TTFT p50/p95 alone and loaded, the ratio of the two p95s (how much
-the batch task slows the interactive one), and the summaries' tokens/s: the completion tokens
-streamed to the summary clients inside the loaded window, over the window's length. Beside it,
-how the machine's work was shared in that window: each task's tokens processed a second, prompt
-and completion (work_in_window), for the servers give the two tasks different shares of one CPU.
+Read off: the autocomplete's time to first token (TTFT) and to its last token p50/p95 in each
+spell, the ratios of the loaded and full p95s to the idle ones (how much the batch task slows
+the interactive one), and the summaries' tokens/s: the completion tokens streamed to the
+summary clients inside the loaded window, over the window's length. Beside it, how the
+machine's work was shared in that window: each task's tokens processed a second, prompt and
+completion (work_in_window), for the servers give the two tasks different shares of one CPU.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
+from zest.bench._servers import SLOTS
 from zest.bench._workload import percentile
 
 __all__ = [
     "AUTOCOMPLETE_TOKENS",
+    "SPELLS",
     "SUMMARIES",
     "SUMMARY_TOKENS",
     "MixedServer",
@@ -44,9 +50,12 @@ __all__ = [
 AUTOCOMPLETE_TOKENS = 16
 SUMMARY_TOKENS = 128
 SUMMARIES = 3  # looping summary clients in the loaded spell
+# Summary loops beside the autocompletes in each spell: none, a few, one for every slot.
+SPELLS = {"idle": 0, "loaded": SUMMARIES, "full": SLOTS}
 DOCUMENT_SENTENCES = 56  # ~1,570 tokens of SmolLM2's tokenizer (~28 a sentence)
 SUMMARY_SYSTEM = "Summarize the report in a few sentences, keeping its names and figures."
 _LEAD_S = 1.0  # the summaries run this long before the first autocomplete request
+TIMEOUT_S = 900  # a request with no byte for this long is given up (and counted that long)
 
 _PLACES = ["Riverton", "Harbour Point", "Millbrook", "Eastfield", "Stonebridge", "Ashford"]
 _SUBJECTS = [
@@ -128,10 +137,19 @@ class Timed:
     sent: float
     times: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None
+    # When the client gave up waiting (TIMEOUT_S without a byte): its times count as that
+    # long, a lower bound (a server that starves a request must not drop out of the figures).
+    gave_up: float | None = None
 
     @property
     def ttft_ms(self) -> float:
-        return (self.times[0] - self.sent) * 1000
+        first = self.times[0] if self.times else self.gave_up
+        return ((first or self.sent) - self.sent) * 1000
+
+    @property
+    def last_token_ms(self) -> float:
+        last = self.gave_up if self.gave_up is not None else self.times[-1]
+        return (last - self.sent) * 1000
 
 
 @dataclass
@@ -145,6 +163,8 @@ class Spell:
     summary_prompt_tokens: list[int] = field(default_factory=list)
     summary_work: float = 0.0  # tokens processed inside the window (work_in_window)
     autocomplete_work: float = 0.0
+    last_tokens_ms: list[float] = field(default_factory=list)  # the autocompletes' whole answer
+    timeouts: int = 0  # autocompletes the client gave up on (counted until it did)
 
 
 def tokens_in_window(requests: list[Timed], start: float, end: float) -> int:
@@ -176,20 +196,35 @@ def spell_figures(spells: list[Spell]) -> dict[str, Any]:
         return total / window if window else 0.0
 
     prompts = [n for spell in spells for n in spell.summary_prompt_tokens]
+    last = [t for spell in spells for t in spell.last_tokens_ms]
     return {
         "requests": len(ttfts),
         "ttft_p50_ms": percentile(ttfts, 50),
         "ttft_p95_ms": percentile(ttfts, 95),
+        "last_token_p50_ms": percentile(last, 50) if last else None,
+        "last_token_p95_ms": percentile(last, 95) if last else None,
         "summary_tps": per_second(sum(spell.summary_tokens for spell in spells)),
         "summary_work_tps": per_second(sum(spell.summary_work for spell in spells)),
         "autocomplete_work_tps": per_second(sum(spell.autocomplete_work for spell in spells)),
         "summaries": sum(spell.summaries for spell in spells),
         "summary_prompt_tokens": sorted(prompts)[len(prompts) // 2] if prompts else None,
+        "timeouts": sum(spell.timeouts for spell in spells),
     }
 
 
 async def _timed(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Timed:
     timed = Timed(time.perf_counter())
+    try:
+        await _read(client, url, body, timed)
+    except httpx.TimeoutException:
+        timed.gave_up = time.perf_counter()
+        return timed
+    if not timed.times:
+        raise RuntimeError(f"{url}: the stream carried no tokens")
+    return timed
+
+
+async def _read(client: httpx.AsyncClient, url: str, body: dict[str, Any], timed: Timed) -> None:
     async with aconnect_sse(client, "POST", url, json=body) as events:
         events.response.raise_for_status()
         async for event in events.aiter_sse():
@@ -201,9 +236,6 @@ async def _timed(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> T
             choice = (chunk.get("choices") or [{}])[0]
             if choice.get("text") or (choice.get("delta") or {}).get("content"):
                 timed.times.append(time.perf_counter())
-    if not timed.times:
-        raise RuntimeError(f"{url}: the stream carried no tokens")
-    return timed
 
 
 def _autocomplete_body(server: MixedServer, serial: int, nonce: str) -> dict[str, Any]:
@@ -231,16 +263,16 @@ def _summary_body(server: MixedServer, serial: int, nonce: str) -> dict[str, Any
     }
 
 
-async def _spell(server: MixedServer, seconds: int, *, loaded: bool) -> Spell:
+async def _spell(server: MixedServer, seconds: int, *, loops: int) -> Spell:
     """`seconds` autocomplete requests, one a second (sent on time, whatever the earlier ones
-    are doing); when `loaded`, beside SUMMARIES summary loops that start `_LEAD_S` earlier and
-    stop starting new summaries when the last autocomplete request is sent. Every request sent
-    is waited for: the server is quiet when the spell ends."""
+    are doing), beside `loops` summary loops that start `_LEAD_S` earlier and stop starting
+    new summaries when the last autocomplete request is sent. Every request sent is waited
+    for: the server is quiet when the spell ends."""
     nonce = secrets.token_hex(4)
     completions, chats = f"{server.base}/completions", f"{server.base}/chat/completions"
     summaries: list[Timed] = []
     serials = iter(range(1_000_000))
-    async with httpx.AsyncClient(timeout=900) as client:
+    async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
         stop = asyncio.Event()
 
         async def summary_loop() -> None:
@@ -248,8 +280,8 @@ async def _spell(server: MixedServer, seconds: int, *, loaded: bool) -> Spell:
                 body = _summary_body(server, next(serials), nonce)
                 summaries.append(await _timed(client, chats, body))
 
-        loops = [asyncio.create_task(summary_loop()) for _ in range(SUMMARIES if loaded else 0)]
-        if loops:
+        looping = [asyncio.create_task(summary_loop()) for _ in range(loops)]
+        if looping:
             await asyncio.sleep(_LEAD_S)
         start = time.perf_counter()
         sent = []
@@ -261,7 +293,7 @@ async def _spell(server: MixedServer, seconds: int, *, loaded: bool) -> Spell:
         await asyncio.sleep(max(0.0, end - time.perf_counter()))
         stop.set()
         answered = await asyncio.gather(*sent)
-        await asyncio.gather(*loops)
+        await asyncio.gather(*looping)
     done = [s for s in summaries if s.times]
     return Spell(
         [a.ttft_ms for a in answered],
@@ -271,13 +303,15 @@ async def _spell(server: MixedServer, seconds: int, *, loaded: bool) -> Spell:
         [s.prompt_tokens for s in done if s.prompt_tokens is not None],
         work_in_window(done, start, end),
         work_in_window(answered, start, end),
+        [a.last_token_ms for a in answered],
+        sum(1 for a in answered if a.gave_up is not None),
     )
 
 
 async def _warm(server: MixedServer) -> None:
     """One untimed request of each task: first-request costs stay out of the figures."""
     nonce = secrets.token_hex(4)
-    async with httpx.AsyncClient(timeout=900) as client:
+    async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
         await _timed(client, f"{server.base}/completions", _autocomplete_body(server, 0, nonce))
         await _timed(client, f"{server.base}/chat/completions", _summary_body(server, 0, nonce))
 
@@ -288,17 +322,18 @@ def mixed(servers: list[MixedServer], *, seconds: int, rounds: int) -> dict[str,
     for server in servers:
         asyncio.run(_warm(server))
     spells: dict[str, dict[str, list[Spell]]] = {
-        s.name: {"idle": [], "loaded": []} for s in servers
+        s.name: {name: [] for name in SPELLS} for s in servers
     }
     for round_number in range(rounds):
         for server in servers if round_number % 2 == 0 else servers[::-1]:
-            for name, beside in (("idle", False), ("loaded", True)):
-                spell = asyncio.run(_spell(server, seconds, loaded=beside))
+            for name, beside in SPELLS.items():
+                spell = asyncio.run(_spell(server, seconds, loops=beside))
                 spells[server.name][name].append(spell)
     return {
         "seconds": seconds,
         "rounds": rounds,
         "summaries": SUMMARIES,
+        "slots": SLOTS,
         "autocomplete_tokens": AUTOCOMPLETE_TOKENS,
         "summary_tokens": SUMMARY_TOKENS,
         "servers": {name: _server_figures(by_spell) for name, by_spell in spells.items()},
@@ -306,10 +341,12 @@ def mixed(servers: list[MixedServer], *, seconds: int, rounds: int) -> dict[str,
 
 
 def _server_figures(spells: dict[str, list[Spell]]) -> dict[str, Any]:
-    idle, loaded = spell_figures(spells["idle"]), spell_figures(spells["loaded"])
+    figures = {name: spell_figures(runs) for name, runs in spells.items()}
+    idle, loaded, full = figures["idle"], figures["loaded"], figures["full"]
     return {
-        "idle": idle,
-        "loaded": loaded,
+        **figures,
         "p95_ratio": loaded["ttft_p95_ms"] / idle["ttft_p95_ms"],
+        "last_token_p95_ratio": loaded["last_token_p95_ms"] / idle["last_token_p95_ms"],
+        "full_p95_ratio": full["ttft_p95_ms"] / idle["ttft_p95_ms"],
         "spells": {name: [asdict(spell) for spell in runs] for name, runs in spells.items()},
     }

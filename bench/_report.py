@@ -124,7 +124,11 @@ def targets(report: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
     return found
 
 
-MIXED_P95_RATIO = 3.0  # the interactive task's p95 beside the summaries over its p95 alone
+# The interactive task's p95s beside the summaries over its p95s alone (issue 35): its first
+# token, its last (the whole 16-token answer), and its first with every slot held (preemption).
+MIXED_P95_RATIO = 2.0
+MIXED_LAST_TOKEN_RATIO = 3.0
+MIXED_FULL_RATIO = 3.0
 
 
 def _mixed_targets(mixed: dict[str, Any] | None) -> list[tuple[str, float, str, bool]]:
@@ -132,13 +136,22 @@ def _mixed_targets(mixed: dict[str, Any] | None) -> list[tuple[str, float, str, 
     mine, theirs = servers.get("zest"), servers.get(PEER)
     found = []
     if mine:
-        ratio = mine["p95_ratio"]
-        name = f"mixed: autocomplete TTFT p95 loaded <= {MIXED_P95_RATIO:.0f}x alone"
-        found.append((name, ratio, "x", ratio <= MIXED_P95_RATIO))
-    if mine and theirs and theirs["loaded"]["summary_tps"]:
-        ratio = mine["loaded"]["summary_tps"] / theirs["loaded"]["summary_tps"]
-        found.append((f"mixed: summaries tok/s >= 1.0x {PEER}", ratio, "x", ratio >= 1.0))
+        for key, what, most in (
+            ("p95_ratio", "TTFT p95 loaded", MIXED_P95_RATIO),
+            ("last_token_p95_ratio", "last token p95 loaded", MIXED_LAST_TOKEN_RATIO),
+            ("full_p95_ratio", "TTFT p95 with every slot held", MIXED_FULL_RATIO),
+        ):
+            if key in mine:
+                name = f"mixed: autocomplete {what} <= {most:.0f}x alone"
+                found.append((name, mine[key], "x", mine[key] <= most))
+    if mine and theirs and "summary_work_tps" in mine["loaded"] and _work_tps(theirs["loaded"]):
+        ratio = _work_tps(mine["loaded"]) / _work_tps(theirs["loaded"])
+        found.append((f"mixed: work tok/s (all tasks) >= 1.0x {PEER}", ratio, "x", ratio >= 1.0))
     return found
+
+
+def _work_tps(loaded: dict[str, Any]) -> float:
+    return float(loaded.get("summary_work_tps", 0.0) + loaded.get("autocomplete_work_tps", 0.0))
 
 
 def _mixed(report: dict[str, Any]) -> list[str]:
@@ -159,6 +172,40 @@ def _mixed(report: dict[str, Any]) -> list[str]:
             f"  {name:<14} {_p50_p95(idle):>20} {_p50_p95(loaded):>20} "
             f"{figures['p95_ratio']:>16.1f}x {loaded['summary_tps']:>16.1f} {_work(loaded):>27}"
         )
+    return lines + _mixed_more(mixed) + _timeouts(mixed)
+
+
+def _timeouts(mixed: dict[str, Any]) -> list[str]:
+    """Autocompletes a server starved past the client's patience: counted until it gave up."""
+    lines = []
+    for name, figures in mixed["servers"].items():
+        for spell in ("idle", "loaded", "full"):
+            if count := (figures.get(spell) or {}).get("timeouts"):
+                lines.append(
+                    f"  {name}, {spell}: {count} autocomplete(s) got no byte for 900 s and were "
+                    "given up; their times count until then (the p95 is a lower bound)"
+                )
+    return lines
+
+
+def _mixed_more(mixed: dict[str, Any]) -> list[str]:
+    """The whole answer's time, and the spell with every slot held (runs from before issue 35
+    have neither)."""
+    servers = {n: f for n, f in mixed["servers"].items() if "last_token_p95_ratio" in f}
+    if not servers:
+        return []
+    lines = [
+        f"  {'server':<14} {'last token p50/p95 alone':>26} {'beside summaries':>20} "
+        f"{'p95 loaded/alone':>17} {'TTFT p50/p95, ' + str(mixed['slots']) + ' summaries':>26} "
+        f"{'p95 /alone':>11}"
+    ]
+    for name, figures in servers.items():
+        idle, loaded, full = figures["idle"], figures["loaded"], figures["full"]
+        lines.append(
+            f"  {name:<14} {_p50_p95(idle, 'last_token'):>26} "
+            f"{_p50_p95(loaded, 'last_token'):>20} {figures['last_token_p95_ratio']:>16.1f}x "
+            f"{_p50_p95(full):>26} {figures['full_p95_ratio']:>10.1f}x"
+        )
     return lines
 
 
@@ -170,8 +217,8 @@ def _work(loaded: dict[str, Any]) -> str:
     return f"{loaded['summary_work_tps']:.1f} + {loaded['autocomplete_work_tps']:.1f}"
 
 
-def _p50_p95(figures: dict[str, Any]) -> str:
-    return f"{figures['ttft_p50_ms']:,.0f} / {figures['ttft_p95_ms']:,.0f} ms"
+def _p50_p95(figures: dict[str, Any], what: str = "ttft") -> str:
+    return f"{figures[f'{what}_p50_ms']:,.0f} / {figures[f'{what}_p95_ms']:,.0f} ms"
 
 
 def _rules_row(report: dict[str, Any], count: int) -> dict[str, Any] | None:

@@ -40,7 +40,10 @@ def routes_file(model: Path, threads: int, folder: Path, *, context: int = CONTE
     has room for the 4,096-token prompt of the prefill phase and no prefix cache; `summarize`
     and `summarize-lookup` are one summarization route without and with prompt lookup;
     `autocomplete` (priority 50) and `summarization` (0) are the mixed phase's interactive and
-    batch tasks on the one `bench` model, as a team's routes would rank them."""
+    batch tasks, as a team's routes would rank them, on a model of their own (`mixed`, the
+    same file): a model that serves a priority-50 route keeps every lower prompt's steps short
+    (docs/serving.md), which the other phases, one priority against llama-server, must not
+    measure."""
     path = folder / "bench-routes.yaml"
     entry = f"engine: llamacpp, source: {model}, context_length: {context}"
     opts = f"n_threads: {threads}, parallel: {SLOTS}"
@@ -51,14 +54,15 @@ def routes_file(model: Path, threads: int, folder: Path, *, context: int = CONTE
         "version: 1\nmodels:\n"
         f"  bench: {{{entry}, options: {{{opts}}}}}\n"
         f"  cached: {{{entry}, options: {{{opts}, prefix_cache_tokens: 4096}}}}\n"
+        f"  mixed: {{{entry}, options: {{{opts}}}}}\n"
         f"  long: {{{long}, options: {{n_threads: {threads}, parallel: 1, {no_cache}}}}}\n"
         "routes:\n  chat: {kind: chat, model: bench, device: cpu, max_tokens: 512}\n"
         "  cached: {kind: chat, model: cached, device: cpu, max_tokens: 512}\n"
         "  long: {kind: chat, model: long, device: cpu, max_tokens: 512}\n"
         f"  summarize: {{{summarize}}}\n"
         f"  summarize-lookup: {{{summarize}, speculative: {{method: prompt_lookup, tokens: 8}}}}\n"
-        "  autocomplete: {kind: completion, model: bench, device: cpu, priority: 50}\n"
-        "  summarization: {kind: chat, model: bench, device: cpu, priority: 0}\n"
+        "  autocomplete: {kind: completion, model: mixed, device: cpu, priority: 50}\n"
+        "  summarization: {kind: chat, model: mixed, device: cpu, priority: 0}\n"
     )
     return path
 

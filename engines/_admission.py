@@ -8,6 +8,10 @@ beyond them, so `slots + max_queue` simultaneous requests are all accepted and t
 refused at once, holding nothing. Retry-After is the time the observed service rate needs to
 free a place for the refused request.
 
+An engine that schedules its own requests (the llama.cpp batch, which admits and preempts by
+priority itself) gets a `Bound` instead: the same bound, 429 and Retry-After, one counter of
+the requests in the system, and every request within it handed over at once.
+
 A request's n choices form a `ChoiceGroup`, admitted together: none of its members takes a slot
 until there is a free slot for every member not running yet (nothing queued behind it takes
 one meanwhile), and once one is taken its waiting siblings are taken next. A group larger
@@ -29,7 +33,7 @@ from typing import Generic, TypeVar
 
 from zest.errors import BadRequestError, OverloadedError
 
-__all__ = ["Admission", "AdmissionQueue", "ChoiceGroup"]
+__all__ = ["Admission", "AdmissionQueue", "Bound", "ChoiceGroup"]
 
 Item = TypeVar("Item")
 
@@ -60,6 +64,105 @@ class ChoiceGroup:
     prompts: int = 1
 
 
+class _ServiceRate:
+    """Recent completions, and the Retry-After they give a refused request."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._finished: deque[float] = deque(maxlen=_RATE_SAMPLES)
+
+    def served(self) -> None:
+        self._finished.append(self._clock())
+
+    def retry_after(self, beyond: int) -> int:
+        """Seconds until `beyond` requests more than the bound have left (at least one)."""
+        now = self._clock()
+        recent = [t for t in self._finished if now - t <= _RATE_WINDOW_S]
+        span = now - recent[0] if len(recent) >= 2 else 0.0
+        if span <= 0:  # not two completions seen yet
+            return 1
+        rate = len(recent) / span
+        return min(max(math.ceil(max(beyond, 1) / rate), 1), _RETRY_AFTER_MAX_S)
+
+
+def _check_group(group: ChoiceGroup | None, slots: int, slots_set_by: str | None) -> None:
+    if group is None or group.size <= slots or slots_set_by is None:
+        return
+    if group.prompts > 1:
+        raise BadRequestError(
+            f"prompt: {group.prompts} prompts with n={group.size // group.prompts} ask for "
+            f"{group.size} answers, which decode together, and this model decodes at most "
+            f"{slots} sequence{'s' if slots > 1 else ''} at once "
+            f"({slots_set_by}): send at most {slots} answers (prompts times n) "
+            "per request",
+            param="prompt",
+        )
+    raise BadRequestError(
+        f"n: {group.size} choices decode together, and this model decodes at most "
+        f"{slots} sequence{'s' if slots > 1 else ''} at once ({slots_set_by}):"
+        f" ask for n: {slots}{' or fewer' if slots > 1 else ''}",
+        param="n",
+    )
+
+
+def _at_capacity(running: int, waiting: int, max_queue: int, retry_after: int) -> OverloadedError:
+    return OverloadedError(
+        f"the model is at capacity ({running} running, {waiting} waiting): "
+        f"retry in {retry_after} s (Retry-After), or raise options.max_queue "
+        f"(now {max_queue}) in routes.yaml",
+        retry_after=retry_after,
+    )
+
+
+class Bound:
+    """Admission for an engine that holds its waiting requests itself: `slots + max_queue`
+    requests in the system at once, the next refused with 429 holding nothing. `counts` is
+    the engine's own split of them into running and waiting (for the refusal's message)."""
+
+    def __init__(
+        self,
+        *,
+        slots: int,
+        max_queue: int,
+        counts: Callable[[], tuple[int, int]],
+        slots_set_by: str | None = "options.parallel in routes.yaml",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if slots < 1 or max_queue < 0:
+            raise ValueError("an admission bound needs slots >= 1 and max_queue >= 0")
+        self.slots, self.max_queue, self._counts = slots, max_queue, counts
+        self._slots_set_by = slots_set_by
+        self._rate = _ServiceRate(clock)
+        self.in_system = 0
+
+    @property
+    def running(self) -> int:
+        return min(self._counts()[0], self.in_system)
+
+    @property
+    def waiting(self) -> int:
+        return self.in_system - self.running
+
+    def offer(self, group: ChoiceGroup | None = None) -> None:
+        """Count one more request in, or refuse it: 429 at the bound, 400 for n choices that
+        could never decode together."""
+        _check_group(group, self.slots, self._slots_set_by)
+        if self.in_system >= self.slots + self.max_queue:
+            running = self.running
+            raise _at_capacity(
+                running, self.in_system - running, self.max_queue, self.retry_after()
+            )
+        self.in_system += 1
+
+    def finish(self, *, served: bool = True) -> None:
+        self.in_system -= 1
+        if served:
+            self._rate.served()
+
+    def retry_after(self) -> int:
+        return self._rate.retry_after(self.in_system - self.slots - self.max_queue + 1)
+
+
 class AdmissionQueue(Generic[Item]):
     def __init__(
         self,
@@ -80,7 +183,7 @@ class AdmissionQueue(Generic[Item]):
         self.slots, self.max_queue = slots, max_queue
         # A waiting item whose caller went away is dropped (told through `drop`), so that it
         # holds no place in the queue.
-        self._abandoned, self._drop, self._clock = abandoned, drop, clock
+        self._abandoned, self._drop = abandoned, drop
         self._group, self._slots_set_by = group, slots_set_by
         self._waiting: list[tuple[int, int, Item]] = []  # heap: (-priority, arrival, item)
         # The waiting siblings of a group member just taken: taken before anything else.
@@ -88,15 +191,11 @@ class AdmissionQueue(Generic[Item]):
         self._taken: weakref.WeakKeyDictionary[ChoiceGroup, int] = weakref.WeakKeyDictionary()
         self._arrivals = itertools.count()
         self.running = 0
-        self._finished: deque[float] = deque(maxlen=_RATE_SAMPLES)
+        self._rate = _ServiceRate(clock)
 
     @property
     def waiting(self) -> int:
         return len(self._waiting) + len(self._siblings)
-
-    def highest_waiting(self) -> int | None:
-        """The highest priority waiting for a slot (None: nothing waits)."""
-        return -self._waiting[0][0] if self._waiting else None
 
     def offer(self, item: Item, priority: int = 0) -> None:
         """Queue `item`, or refuse it with 429 when every slot and queue place is taken (400
@@ -105,34 +204,11 @@ class AdmissionQueue(Generic[Item]):
         if self.running + self.waiting >= self.slots + self.max_queue:
             self._drop_abandoned()
         if self.running + self.waiting >= self.slots + self.max_queue:
-            retry_after = self.retry_after()
-            raise OverloadedError(
-                f"the model is at capacity ({self.running} running, {self.waiting} waiting): "
-                f"retry in {retry_after} s (Retry-After), or raise options.max_queue "
-                f"(now {self.max_queue}) in routes.yaml",
-                retry_after=retry_after,
-            )
+            raise _at_capacity(self.running, self.waiting, self.max_queue, self.retry_after())
         heapq.heappush(self._waiting, (-priority, next(self._arrivals), item))
 
     def _check_group(self, item: Item) -> None:
-        group = self._group(item)
-        if group is None or group.size <= self.slots or self._slots_set_by is None:
-            return
-        if group.prompts > 1:
-            raise BadRequestError(
-                f"prompt: {group.prompts} prompts with n={group.size // group.prompts} ask for "
-                f"{group.size} answers, which decode together, and this model decodes at most "
-                f"{self.slots} sequence{'s' if self.slots > 1 else ''} at once "
-                f"({self._slots_set_by}): send at most {self.slots} answers (prompts times n) "
-                "per request",
-                param="prompt",
-            )
-        raise BadRequestError(
-            f"n: {group.size} choices decode together, and this model decodes at most "
-            f"{self.slots} sequence{'s' if self.slots > 1 else ''} at once ({self._slots_set_by}):"
-            f" ask for n: {self.slots}{' or fewer' if self.slots > 1 else ''}",
-            param="n",
-        )
+        _check_group(self._group(item), self.slots, self._slots_set_by)
 
     def take(self) -> Item | None:
         """The next item to run, if a slot is free: highest priority, then first come; a group
@@ -175,7 +251,7 @@ class AdmissionQueue(Generic[Item]):
         """A taken item left its slot; `served` ones count towards the service rate."""
         self.running -= 1
         if served:
-            self._finished.append(self._clock())
+            self._rate.served()
 
     def drain(self) -> list[Item]:
         """Every waiting item, in admission order, leaving the queue empty (on close)."""
@@ -202,17 +278,4 @@ class AdmissionQueue(Generic[Item]):
 
     def retry_after(self) -> int:
         """Seconds until a place frees up for one more request, from recent completions."""
-        rate = self._service_rate()
-        if rate is None:
-            return 1
-        ahead = max(self.running + self.waiting - self.slots - self.max_queue + 1, 1)
-        return min(max(math.ceil(ahead / rate), 1), _RETRY_AFTER_MAX_S)
-
-    def _service_rate(self) -> float | None:
-        """Requests finished per second over the recent window; None until two are seen."""
-        now = self._clock()
-        recent = [t for t in self._finished if now - t <= _RATE_WINDOW_S]
-        if len(recent) < 2:
-            return None
-        span = now - recent[0]
-        return len(recent) / span if span > 0 else None
+        return self._rate.retry_after(self.running + self.waiting - self.slots - self.max_queue + 1)

@@ -37,6 +37,7 @@ __all__ = [
     "ModelFacts",
     "ModelInspector",
     "Prompt",
+    "QueueCounts",
     "StageStats",
     "TokenLogprob",
     "Tokenizer",
@@ -231,6 +232,9 @@ class GenerationJob:
     stop: tuple[str, ...]
     # Admission order when the model is busy: higher first (the route's priority).
     priority: int = 0
+    # The highest priority of the routes its model serves (routes.yaml, known at load; None:
+    # not known): a batching engine keeps lower work's steps short while one may arrive.
+    peak_priority: int | None = None
     # Names the request in engine logs (request id, task); never the prompt itself.
     label: str = ""
     # The route's privacy: a remote engine refuses local_only jobs (the planner's second line).
@@ -384,6 +388,20 @@ class EngineInfo:
     buffers: tuple[BufferUse, ...] = ()
 
 
+class QueueCounts(Protocol):
+    """What an engine that schedules its own requests tells its runner (read-only counts)."""
+
+    @property
+    def running(self) -> int:
+        """Requests holding a slot."""
+        ...
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for one."""
+        ...
+
+
 class Engine(ABC):
     """A loaded model able to stream completions on its placement.
 
@@ -417,16 +435,16 @@ class Engine(ABC):
         """The loaded model's tokenizer (None: the engine has none, as a remote upstream)."""
         return None
 
+    def own_queue(self) -> QueueCounts | None:
+        """The engine's own scheduler, where it holds its waiting requests itself (the
+        llama.cpp batch: it admits and preempts by priority): its runner then only bounds
+        how many are in the system. None: the runner holds them until a slot is free."""
+        return None
+
     def kv_cells(self) -> KvCells | None:
         """The KV cells its context holds, as last counted (None: the engine does not say:
         a remote upstream, an engine whose generator owns its cache)."""
         return None
-
-    def note_queued(self, priority: int | None) -> None:
-        """The highest priority of the requests its runner holds back for want of a slot
-        (None: none). A batching engine pauses lower prompts' prefill for them; others
-        have nothing to do with it."""
-        del priority
 
     async def embed(
         self, texts: Sequence[EmbeddingInput], *, privacy: Privacy = "local_only"

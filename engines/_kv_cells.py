@@ -12,12 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from zest.engines._llama_native import NativeContext
+from typing import Any, Protocol
 
 __all__ = ["KvCells", "count_cells"]
+
+
+class CountsCells(Protocol):
+    """What the count reads of a context (engines/_llama_native.py's NativeContext): named
+    here, not imported, as the engine's base imports this module and the context the base."""
+
+    def cells(self, seq: int) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class KvCells:
 
 
 def count_cells(
-    ctx: NativeContext, running: Iterable[int], free: Iterable[int], kept: Mapping[int, int]
+    ctx: CountsCells, running: Iterable[int], free: Iterable[int], kept: Mapping[int, int]
 ) -> KvCells:
     """The cells of `ctx`'s sequences: `running` ones, and `free` ones of which each keeps
     at most `kept[seq]` cells (its kept prompt)."""

@@ -1,20 +1,31 @@
 """Continuous batching on one device: one context, several sequences, one llama_decode per step.
 
-Each step is one batch, packed as llama.cpp's own server packs it: a row for every sequence that
-is generating (plus its speculative draft, when its route asks for one), then chunks of the
-prompts waiting to be prefilled, several prompts side by side, up to the step's token budget
-(`n_batch`). So prompts that arrive together are prefilled together, a new request starts at
-once, and a step never holds more prompt than the budget: the streams already running wait at
-most one budgeted step for their next token. A lone request is prefilled in `n_batch` chunks and
-decoded a token a step, exactly as llama-cpp-python does it (its tokens are identical); under
-concurrency the batch's shape depends on what else runs, so a greedy stream can, at a near-tie,
-differ from the same request alone (docs/serving.md). Admission is the runner's (engines/_runner.py:
-route priority, then arrival; `slots + max_queue` requests in the system, more refused with
-429): what it lets through starts here in arrival order as slots free.
+The scheduler owns its requests, as vLLM's owns `waiting` and `running`: the runner (on the
+event loop) only bounds how many are in the system and answers 429 past the bound; every
+request it lets through comes here through one thread-safe inbox, which this scheduler's thread
+alone reads. The thread holds the waiting requests (new ones, and preempted sequences whose KV
+state waits in host memory) and the running sequences (one per slot), and builds every step from
+one pure function (engines/_step_plan.py: who is dropped, preempted, admitted, and each
+sequence's rows), with the token budgets of one injected cost model (engines/_step_cost.py).
+
+Each step is one batch, packed as llama.cpp's own server packs it: decode rows (plus a route's
+speculative draft), then chunks of prompts, several side by side. A lone request is prefilled
+in `n_batch` chunks and decoded a token a step, exactly as llama-cpp-python does it (its tokens
+are identical); under concurrency the batch's shape depends on what else runs, so a greedy
+stream can, at a near-tie, differ from the same request alone (docs/serving.md).
+
+Preemption saves the victim's KV state to host memory (`llama_state_seq_get_data`) and puts it
+back into whichever slot it resumes in (`llama_state_seq_set_data`): on 2 cores that costs
+milliseconds where computing the tokens again costs seconds (bench/preemption.py); its sampler,
+grammar and draft state stay with it, so it continues as if it had never left.
+
+A step llama.cpp refuses fails the requests in it (each stream ends with an error event) and
+no others: the scheduler goes on with the rest.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
@@ -28,30 +39,35 @@ from zest.engines._llama_native import NativeContext
 from zest.engines._output import SequenceOutput
 from zest.engines._prefix_cache import PrefixCache
 from zest.engines._speculation import PromptLookup, draft_entries, take_tokens
-from zest.engines._step_plan import (
-    Prefilling,
-    QueuePause,
-    RecentPriority,
-    StepCost,
-    prefill_chunks,
-    yield_tokens,
-)
+from zest.engines._step_cost import CostModel, MeasuredCost
+from zest.engines._step_plan import Running, StepPlan, StepState, Waiting, plan_step
 from zest.engines._worker import Outbox, Task, stream_task
+from zest.errors import EngineError
 
 __all__ = ["BatchScheduler"]
 
 _FIRST_TOKENS_KEPT = 256
 
 
-@dataclass
-class _Slot:
+@dataclass(eq=False)
+class _Sequence:
+    """A request from the inbox to its end: waiting, running in a slot, or preempted."""
+
     task: Task
-    seq: int
-    out: SequenceOutput
-    sampler: Any
-    cursor: int = 0  # prompt tokens already in the KV cache
-    token: int | None = None  # last sampled token, once generating
-    admitted: float = field(default_factory=time.perf_counter)
+    key: int  # arrival order
+    since: int  # the step it began waiting (its arrival, or its preemption)
+    out: SequenceOutput | None = None  # from its first start on
+    sampler: Any = None
+    seq: int | None = None  # its slot's sequence while it runs
+    cursor: int = 0  # prompt tokens in its KV state
+    token: int | None = None  # last sampled token, once generating (not in the KV yet)
+    saved: bytes | None = None  # its KV state while preempted
+    preempted: bool = False
+    shielded: bool = False
+    last_served: int = 0
+    started_at: int = 0  # the scheduler's llama_decode calls when it took its slot
+    draft: list[int] = field(default_factory=list)  # proposed for this step
+    admitted: float = 0.0
     stats: StageStats | None = None
     decode_start: float = 0.0
     reused: int = 0  # prompt tokens whose KV came from the prefix cache
@@ -60,24 +76,40 @@ class _Slot:
     accepted: int = 0
 
     @property
+    def job(self) -> GenerationJob:
+        return self.task.job
+
+    @property
     def prompt(self) -> tuple[int, ...]:
-        return self.task.job.prompt_tokens
+        return self.job.prompt_tokens
 
     @property
     def position(self) -> int:
         """Where the current token goes in the sequence."""
+        assert self.out is not None
         return len(self.prompt) + self.out.produced - 1
 
-    def draft(self) -> list[int]:
-        room = self.task.job.max_tokens - self.out.produced - 1  # no draft past max_tokens
-        return self.drafter.draft(room) if self.drafter is not None else []
+    @property
+    def remaining(self) -> int:
+        """Prompt tokens not in its KV state yet (0: generating)."""
+        return 0 if self.token is not None else len(self.prompt) - self.cursor
+
+    def propose_draft(self) -> list[int]:
+        if self.drafter is None or self.out is None or self.token is None:
+            return []
+        room = self.job.max_tokens - self.out.produced - 1  # no draft past max_tokens
+        return self.drafter.draft(room)
+
+    def group(self) -> tuple[int | None, int]:
+        group = self.job.group
+        return (None, 1) if group is None else (id(group), group.size)
 
 
 @dataclass
 class _Row:
-    """Where a slot's rows sit in the step's batch."""
+    """Where a sequence's rows sit in the step's batch."""
 
-    slot: _Slot
+    sequence: _Sequence
     first: int  # batch index of its first row
     draft: list[int] = field(default_factory=list)
     end: int = 0  # prefill: the prompt position its chunk reaches
@@ -94,30 +126,48 @@ class BatchScheduler:
         new_output: Callable[[GenerationJob], SequenceOutput],
         new_sampler: Callable[[GenerationJob], Any],
         device: str,
+        cost: CostModel | None = None,
     ) -> None:
         self._ctx, self._cache = ctx, cache
         self._new_output, self._new_sampler, self._device = new_output, new_sampler, device
+        # The one injected cost model: the token budgets of each step on this machine.
+        self.cost: CostModel = cost or MeasuredCost(max(ctx.settings.n_batch, slots))
         self._free = list(range(slots))
-        self._active: list[_Slot] = []
-        # Admitted by the runner (engines/_runner.py), started here in arrival order.
-        self._incoming: deque[Task] = deque()
+        # Owned by the scheduling thread alone (the event loop reads their sizes only).
+        self._running: dict[int, _Sequence] = {}
+        self._waiting: dict[int, _Sequence] = {}
+        self._keys = itertools.count()
+        # The one way in: admitted by the runner, read by the scheduling thread alone.
+        self._inbox: deque[Task] = deque()
         self._cond = threading.Condition()
         self._closed = False
-        # Steps run, and the step at which recent jobs (by label) had their first token: what
-        # the batch composition is judged by (tests count steps, not seconds).
+        # Steps planned, and the step at which recent jobs (by label) had their first token:
+        # what the batch composition is judged by (tests count steps, not seconds).
         self.steps = 0
         self.first_token_steps: dict[str, int] = {}
-        self._cost = StepCost()  # sizes the yielding prompts' chunk (engines/_step_plan.py)
-        self._recent = RecentPriority()  # ...and who they yield to
-        self._pause = QueuePause()  # ...and when they pause for requests waiting for a slot
-        # The highest priority the runner holds back for want of a slot (set from the event
-        # loop: Runner -> Engine.note_queued; one attribute, read once a step).
-        self.queued_priority: int | None = None
+        self.preemptions = 0
+        self._decodes = 0  # llama_decode calls made
+        self.last_plan = StepPlan()
         self._outbox = Outbox()  # a step's deltas reach the event loop in one wake-up
         # The context's cells, counted between steps by this scheduler's thread.
         self.kv = KvCells()
         self._thread = threading.Thread(target=self._run, name=f"zest-{name}", daemon=True)
         self._thread.start()
+
+    @property
+    def running(self) -> int:
+        """Sequences holding a slot."""
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a slot: in the inbox, not started, or preempted."""
+        return len(self._inbox) + len(self._waiting)
+
+    @property
+    def saved_bytes(self) -> int:
+        """Host memory held by preempted sequences' KV states."""
+        return sum(len(s.saved) for s in list(self._waiting.values()) if s.saved is not None)
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         return stream_task(self._submit, job)
@@ -127,7 +177,7 @@ class BatchScheduler:
             if self._closed:
                 task.drop("its engine closed before it started")
                 return
-            self._incoming.append(task)
+            self._inbox.append(task)
             self._cond.notify()
 
     def close(self) -> None:
@@ -139,206 +189,331 @@ class BatchScheduler:
     # --- the scheduling thread ---------------------------------------------------------------
 
     def _run(self) -> None:
-        while self._admit():
-            self._retire_cancelled()
-            if self._active:
-                self._step()  # it hands over what is held while its llama_decode runs
+        while self._gather():
+            self._step()  # it hands over what is held while its llama_decode runs
             self.kv = self._count_cells()
-            if not self._active:
-                self._outbox.flush()  # no step left to overlap with, and _admit may block
+            if not self._running:
+                self._outbox.flush()  # no step left to overlap with, and _gather may block
 
     def _count_cells(self) -> KvCells:
         kept = self._cache.kept() if self._cache is not None else {}
-        return count_cells(self._ctx, [s.seq for s in self._active], self._free, kept)
+        running = [s.seq for s in self._running.values() if s.seq is not None]
+        return count_cells(self._ctx, running, self._free, kept)
 
-    def _admit(self) -> bool:
-        """Move waiting requests into free slots; block while there is nothing to do."""
+    def _gather(self) -> bool:
+        """Take the inbox into the waiting list; block while there is nothing to do. False
+        once closed with nothing running (the waiting requests end without output)."""
         with self._cond:
-            while not self._closed and not self._incoming and not self._active:
+            while not (self._closed or self._inbox or self._running or self._waiting):
                 self._cond.wait()
-            if self._closed:
-                while self._incoming:
-                    self._incoming.popleft().drop("its engine closed before it started")
-                return bool(self._active)
-            admitted = []
-            while self._free and self._incoming:
-                task = self._incoming.popleft()
-                if task.job.cancelled.is_set():  # its caller left before it started
-                    task.drop("left before its engine started it")
-                    continue
-                admitted.append((task, self._take_slot(task.job.prompt_tokens)))
-        for task, seq in admitted:
-            self._start(task, seq)
-        return True
+            arrived, self._inbox = self._inbox, deque()
+            closed = self._closed
+        for task in arrived:
+            key = next(self._keys)
+            self._waiting[key] = _Sequence(task, key, since=self.steps)
+        if closed:
+            for sequence in list(self._waiting.values()):
+                self._drop_waiting(sequence, why="its engine closed before it started")
+        return bool(self._running or self._waiting)
 
-    def _take_slot(self, prompt: tuple[int, ...]) -> int:
-        """The free sequence whose stream already holds most of `prompt`, else the lowest (a
-        lone batch takes the same sequence every time)."""
-        seq = min(self._free) if self._cache is None else self._cache.choose(prompt, self._free)
-        self._free.remove(seq)
-        return seq
-
-    def _start(self, task: Task, seq: int) -> None:
-        job = task.job
-        task.outbox = self._outbox
-        try:  # a sampler llama.cpp refuses (its grammar) fails the job, never this thread
-            slot = _Slot(task, seq, self._new_output(job), self._new_sampler(job))
-        except Exception as exc:
-            if self._cache is None:
-                self._ctx.forget(seq)
-            else:
-                self._cache.release(seq, keep=False)
-            with self._cond:
-                self._free.append(seq)
-            task.fail(exc)
-            return
-        if job.speculative is not None:
-            slot.drafter = PromptLookup(
-                job.prompt_tokens, job.speculative.tokens, job.speculative.ngram
+    def _state(self) -> StepState:
+        running = []
+        for s in self._running.values():
+            s.draft = s.propose_draft()
+            group, _ = s.group()
+            running.append(
+                Running(
+                    key=s.key,
+                    priority=s.job.priority,
+                    arrival=s.key,
+                    remaining=s.remaining,
+                    rows=1 + len(s.draft),
+                    last_served=s.last_served,
+                    shielded=s.shielded,
+                    abandoned=s.job.cancelled.is_set(),
+                    group=group,
+                    peak=s.job.peak_priority,
+                )
             )
-        try:  # the sequence's stream holds at most its last prompt (engines/_prefix_cache.py)
-            if self._cache is not None:
-                slot.reused = slot.cursor = self._cache.reuse(job.prompt_tokens, seq)
-        except Exception as exc:
-            self._active.append(slot)
-            self._retire(slot, error=exc)
-            return
-        self._active.append(slot)
-
-    def _retire_cancelled(self) -> None:
-        for slot in [s for s in self._active if s.task.job.cancelled.is_set()]:
-            self._retire(slot)
+        waiting = []
+        for s in self._waiting.values():
+            group, size = s.group()
+            waiting.append(
+                Waiting(
+                    key=s.key,
+                    priority=s.job.priority,
+                    arrival=s.key,
+                    remaining=s.remaining,
+                    since=s.since,
+                    preempted=s.preempted,
+                    abandoned=s.job.cancelled.is_set(),
+                    group=group,
+                    group_size=size,
+                    peak=s.job.peak_priority,
+                )
+            )
+        return StepState(tuple(running), tuple(waiting), len(self._free), self.steps)
 
     def _step(self) -> None:
-        """One batch: the generating sequences' rows, then prompt chunks up to the budget."""
-        entries: list[tuple[int, int, int, bool]] = []
-        decoding, filling = [], []
-        generating = [s for s in self._active if s.token is not None]
-        capacity = max(self._ctx.settings.n_batch, len(generating))
-        for number, slot in enumerate(generating):
-            spare = capacity - len(entries) - (len(generating) - number)  # rows left to others
-            row = _Row(slot, len(entries), slot.draft()[: max(spare, 0)])
-            entries += draft_entries(slot.token or 0, slot.position, slot.seq, row.draft)
-            decoding.append(row)
-        for slot, tokens in self._prefill_plan(len(entries)):
-            end = slot.cursor + tokens
-            last = len(slot.prompt) - 1
-            chunk = [(slot.prompt[p], p, slot.seq, p == last) for p in range(slot.cursor, end)]
-            filling.append(_Row(slot, len(entries) + len(chunk) - 1, end=end))
-            entries += chunk
+        plan = self.last_plan = plan_step(self._state(), self.cost.budget())
+        for key in plan.dropped:
+            if key in self._running:
+                self._retire(self._running[key])
+            else:
+                self._drop_waiting(self._waiting[key])
+        for key in plan.preempted:
+            self._preempt(self._running[key])
+        for key in plan.admitted:
+            self._start(self._waiting.pop(key), shielded=key in plan.shielded)
+        rows = self._rows(plan)
         self.steps += 1
+        entries: list[tuple[int, int, int, bool]] = []
+        for row in rows:  # a decode row's logits are at its first entry, a chunk's at its last
+            chunk = self._entries(row)
+            row.first = len(entries) + (len(chunk) - 1 if row.end else 0)
+            entries += chunk
+        if entries:
+            self._decode(entries, rows)
+        elif not self._running and self._waiting and not plan.admitted:
+            self._refuse_waiting()  # nothing runs and nothing can start: never spin
+
+    def _refuse_waiting(self) -> None:
+        """Waiting requests that no free slot can take: n choices beyond the slots, which only
+        a caller past the runner (its 400) can send."""
+        error = EngineError(
+            f"{len(self._waiting)} request(s) cannot start: more choices than the model's "
+            f"{len(self._free)} slot(s) (options.parallel in routes.yaml)"
+        )
+        for sequence in list(self._waiting.values()):
+            self._drop_waiting(sequence, error)
+
+    def _rows(self, plan: StepPlan) -> list[_Row]:
+        rows = []
+        for key, tokens in plan.rows:
+            sequence = self._running.get(key)
+            if sequence is None:  # it failed to start
+                continue
+            sequence.last_served = self.steps
+            if sequence.token is not None:
+                rows.append(_Row(sequence, 0, sequence.draft[: tokens - 1]))
+            else:  # a prompt's chunk: the prefix cache may have covered more than planned
+                end = min(sequence.cursor + tokens, len(sequence.prompt))
+                if end > sequence.cursor:
+                    rows.append(_Row(sequence, 0, end=end))
+        return rows
+
+    def _entries(self, row: _Row) -> list[tuple[int, int, int, bool]]:
+        s = row.sequence
+        assert s.seq is not None
+        if not row.end:
+            return draft_entries(s.token or 0, s.position, s.seq, row.draft)
+        last = len(s.prompt) - 1
+        return [(s.prompt[p], p, s.seq, p == last) for p in range(s.cursor, row.end)]
+
+    def _decode(self, entries: list[tuple[int, int, int, bool]], rows: list[_Row]) -> None:
         try:
             started = time.perf_counter()
             # The last step's deltas go to the event loop while llama.cpp computes this one:
             # waking the loop (a socket write) was 17% of this thread's busy samples at 4
             # streams, on the step's critical path (py-spy, issue 25).
+            self._decodes += 1
             self._ctx.decode(entries, while_waiting=self._outbox.flush)
-            self._cost.record(len(entries), (time.perf_counter() - started) * 1000)
-            for row in decoding:
-                self._advance(row)
-            for row in filling:
-                self._after_prefill_chunk(row.slot, row.end, row.first)
-        except Exception as exc:
-            for slot in list(self._active):
-                self._retire(slot, error=exc)
-
-    def _prefill_plan(self, used: int) -> list[tuple[_Slot, int]]:
-        """The prompts' chunks of this step: by route priority, lower ones yielding
-        (engines/_step_plan.py)."""
-        prefilling = {s.seq: s for s in self._active if s.token is None}
-        waiting = [
-            Prefilling(seq, s.task.job.priority, len(s.prompt) - s.cursor)
-            for seq, s in prefilling.items()
-        ]
-        # The highest priority present or expected soon: at least every decoding sequence's.
-        expected = self._recent.note(s.task.job.priority for s in self._active)
-        # Waiting for a slot: behind the runner (its queue), or here while a slot is freed.
-        with self._cond:
-            queued = [t.job.priority for t in self._incoming]
-        if self.queued_priority is not None:
-            queued.append(self.queued_priority)
-        top = max(queued, default=None)
-        # Only beside decode rows: a step of paused prompts alone would be empty (llama_decode
-        # fails on no tokens, and every request in the batch with it), and frees no slot.
-        below = used > 0 and top is not None and any(p.priority < top for p in waiting)
-        share = yield_tokens(self._cost.ms_per_row, used)
-        chunks = prefill_chunks(
-            waiting,
-            budget=self._ctx.settings.n_batch - used,
-            others=[p for p in (expected, top) if p is not None],
-            yield_chunk=self._pause.share(share, queued_above=below),
-        )
-        return [(prefilling[seq], tokens) for seq, tokens in chunks]
-
-    def _after_prefill_chunk(self, slot: _Slot, chunk_end: int, last_index: int) -> None:
-        slot.cursor = chunk_end
-        if chunk_end < len(slot.prompt):
+            self.cost.record(len(entries), (time.perf_counter() - started) * 1000)
+        except Exception as exc:  # only the sequences in this step fail: the rest go on
+            for row in rows:
+                self._retire(row.sequence, error=exc)
             return
-        token = self._ctx.sample_into(slot.out, slot.sampler, last_index)
-        prefill_ms = (time.perf_counter() - slot.admitted) * 1000
-        slot.stats = StageStats(self._device, self._device, prefill_ms)
+        for row in rows:
+            try:
+                if row.end:
+                    self._after_prefill_chunk(row.sequence, row.end, row.first)
+                else:
+                    self._advance(row)
+            except Exception as exc:
+                if row.sequence.key in self._running:
+                    self._retire(row.sequence, error=exc)
+
+    # --- slots -------------------------------------------------------------------------------
+
+    def _take_slot(self, sequence: _Sequence) -> int:
+        """A preempted sequence: an empty slot if one is free (its state replaces what the
+        slot holds). A new one: the free slot whose stream already holds most of its prompt,
+        else the lowest (a lone batch takes the same sequence every time)."""
+        if self._cache is None:
+            seq = min(self._free)
+        else:
+            seq = self._cache.choose(() if sequence.saved else sequence.prompt, self._free)
+        self._free.remove(seq)
+        return seq
+
+    def _start(self, sequence: _Sequence, *, shielded: bool) -> None:
+        sequence.seq, sequence.shielded = self._take_slot(sequence), shielded
+        sequence.last_served, sequence.started_at = self.steps, self._decodes
+        self._running[sequence.key] = sequence
+        try:
+            if sequence.out is None:
+                self._first_start(sequence)
+            else:
+                self._resume(sequence)
+        except Exception as exc:
+            self._retire(sequence, error=exc)
+
+    def _first_start(self, sequence: _Sequence) -> None:
+        job = sequence.job
+        sequence.task.outbox = self._outbox
+        sequence.admitted = time.perf_counter()
+        sequence.out, sequence.sampler = self._new_output(job), self._new_sampler(job)
+        if job.speculative is not None:
+            sequence.drafter = PromptLookup(
+                job.prompt_tokens, job.speculative.tokens, job.speculative.ngram
+            )
+        self._first_kv(sequence)
+
+    def _first_kv(self, sequence: _Sequence) -> None:
+        """The slot's stream as its prompt starts: the longest prefix the prefix cache holds
+        (engines/_prefix_cache.py), else nothing."""
+        assert sequence.seq is not None
+        if self._cache is None:
+            self._ctx.forget(sequence.seq)
+            return
+        sequence.reused = sequence.cursor = self._cache.reuse(sequence.prompt, sequence.seq)
+
+    def _resume(self, sequence: _Sequence) -> None:
+        """Put a preempted sequence's state back into its new slot."""
+        assert sequence.seq is not None
+        state, sequence.saved = sequence.saved, None
+        if not state:  # preempted before it computed anything: its prompt starts over
+            self._first_kv(sequence)
+            return
+        self._ctx.import_seq(sequence.seq, state)
         if self._cache is not None:
-            self._cache.hold(slot.prompt, slot.seq)
-        slot.decode_start = time.perf_counter()
-        self.first_token_steps[slot.task.job.label] = self.steps
-        while len(self.first_token_steps) > _FIRST_TOKENS_KEPT:
-            del self.first_token_steps[next(iter(self.first_token_steps))]
-        slot.token = token
-        if slot.drafter is not None:
-            slot.drafter.append(token)
-        text = slot.out.push(token)
-        slot.task.send(Delta(text, stats=slot.stats, cached_tokens=slot.reused))
-        if slot.out.finish is not None:
-            self._retire(slot)
+            held = sequence.prompt[: sequence.cursor] if sequence.token is None else sequence.prompt
+            self._cache.restored(held, sequence.seq)
 
-    def _advance(self, row: _Row) -> None:
-        """Draw the slot's next tokens (one, or more where its draft holds) and drop the KV
-        cells of the draft the model did not follow."""
-        slot = row.slot
-        position = slot.position
-        taken = take_tokens(
-            lambda index: self._ctx.sample_into(slot.out, slot.sampler, index),
-            slot.out,
-            row.first,
-            row.draft,
-            lambda text: slot.task.send(Delta(text)),
-        )
-        if len(taken.drawn) <= len(row.draft):  # rows past the last one used: not the answer
-            self._ctx.forget_from(slot.seq, position + len(taken.drawn))
-        slot.token = taken.token
-        slot.drafted += len(row.draft)
-        slot.accepted += taken.matched
-        if slot.drafter is not None:
-            slot.drafter.record(len(row.draft), taken.matched)
-            for token in taken.drawn:
-                slot.drafter.append(token)
-        if slot.out.finish is not None:
-            self._retire(slot)
+    def _preempt(self, sequence: _Sequence) -> None:
+        """Out of its slot, its KV state saved to host memory: waiting again, first among its
+        priority (it arrived before the requests behind it)."""
+        assert sequence.seq is not None
+        if sequence.started_at == self._decodes:
+            # No llama_decode since it started: a stream copy of the prefix cache may still be
+            # pending (llama.cpp applies them at the next decode), so its cells are not what
+            # it holds yet. Nothing of its own was computed: it starts over when it resumes.
+            sequence.cursor = sequence.reused = 0
+        elif sequence.cursor or sequence.token is not None:
+            sequence.saved = self._ctx.export_seq(sequence.seq)
+        self._free_slot(sequence, keep=True)
+        del self._running[sequence.key]
+        sequence.preempted, sequence.since = True, self.steps
+        self._waiting[sequence.key] = sequence
+        self.preemptions += 1
 
-    def _retire(self, slot: _Slot, error: BaseException | None = None) -> None:
+    def _free_slot(self, sequence: _Sequence, *, keep: bool) -> None:
         # The slot's stream keeps its prompt for a later request: in a stream of its own it
         # costs the other sequences' attention nothing (engines/_prefix_cache.py).
-        self._active.remove(slot)
-        if self._cache is None:
-            self._ctx.forget(slot.seq)
-        else:
-            self._cache.release(slot.seq, keep=error is None)
-        slot.sampler.close()
-        with self._cond:
-            self._free.append(slot.seq)
-        if error is not None:
-            slot.task.fail(error)
+        seq, sequence.seq = sequence.seq, None
+        if seq is None:
             return
-        stats = slot.stats or StageStats(
-            self._device, self._device, (time.perf_counter() - slot.admitted) * 1000
+        if self._cache is None:
+            self._ctx.forget(seq)
+        else:
+            self._cache.release(seq, keep=keep)
+        self._free.append(seq)
+
+    def _drop_waiting(
+        self,
+        sequence: _Sequence,
+        error: BaseException | None = None,
+        *,
+        why: str = "left before its engine started it",
+    ) -> None:
+        """A waiting request whose client left, or a closing scheduler's: nothing kept. Every
+        job writes its line: one never started says `why`, a preempted one what it drew."""
+        del self._waiting[sequence.key]
+        sequence.saved = None
+        if sequence.sampler is not None:
+            sequence.sampler.close()
+        if error is not None:
+            sequence.task.fail(error)
+        elif sequence.out is None:
+            sequence.task.drop(why)
+        else:
+            self._finish(sequence)
+
+    # --- tokens ------------------------------------------------------------------------------
+
+    def _after_prefill_chunk(self, sequence: _Sequence, chunk_end: int, last_index: int) -> None:
+        sequence.cursor = chunk_end
+        if chunk_end < len(sequence.prompt):
+            return
+        out = sequence.out
+        assert out is not None
+        assert sequence.seq is not None
+        token = self._ctx.sample_into(out, sequence.sampler, last_index)
+        prefill_ms = (time.perf_counter() - sequence.admitted) * 1000
+        sequence.stats = StageStats(self._device, self._device, prefill_ms)
+        if self._cache is not None:
+            self._cache.hold(sequence.prompt, sequence.seq)
+        sequence.decode_start = time.perf_counter()
+        self.first_token_steps[sequence.job.label] = self.steps
+        while len(self.first_token_steps) > _FIRST_TOKENS_KEPT:
+            del self.first_token_steps[next(iter(self.first_token_steps))]
+        sequence.token = token
+        if sequence.drafter is not None:
+            sequence.drafter.append(token)
+        text = out.push(token)
+        sequence.task.send(Delta(text, stats=sequence.stats, cached_tokens=sequence.reused))
+        if out.finish is not None:
+            self._retire(sequence)
+
+    def _advance(self, row: _Row) -> None:
+        """Draw the sequence's next tokens (one, or more where its draft holds) and drop the
+        KV cells of the draft the model did not follow."""
+        s, out = row.sequence, row.sequence.out
+        assert out is not None
+        assert s.seq is not None
+        position = s.position
+        taken = take_tokens(
+            lambda index: self._ctx.sample_into(out, s.sampler, index),
+            out,
+            row.first,
+            row.draft,
+            lambda text: s.task.send(Delta(text)),
         )
-        decoded = max(slot.out.produced - 1, 0)
-        ms = (time.perf_counter() - slot.decode_start) * 1000 if slot.decode_start else 0.0
+        if len(taken.drawn) <= len(row.draft):  # rows past the last one used: not the answer
+            self._ctx.forget_from(s.seq, position + len(taken.drawn))
+        s.token = taken.token
+        s.drafted += len(row.draft)
+        s.accepted += taken.matched
+        if s.drafter is not None:
+            s.drafter.record(len(row.draft), taken.matched)
+            for token in taken.drawn:
+                s.drafter.append(token)
+        if out.finish is not None:
+            self._retire(s)
+
+    def _retire(self, sequence: _Sequence, error: BaseException | None = None) -> None:
+        del self._running[sequence.key]
+        self._free_slot(sequence, keep=error is None)
+        if sequence.sampler is not None:
+            sequence.sampler.close()
+        if error is not None:
+            sequence.task.fail(error)
+            return
+        self._finish(sequence)
+
+    def _finish(self, sequence: _Sequence) -> None:
+        stats = sequence.stats or StageStats(
+            self._device, self._device, (time.perf_counter() - sequence.admitted) * 1000
+        )
+        out = sequence.out
+        assert out is not None
+        decoded = max(out.produced - 1, 0)
+        ms = (time.perf_counter() - sequence.decode_start) * 1000 if sequence.decode_start else 0
         stats = replace(
             stats,
             decode_ms=ms,
             decode_tokens=decoded,
-            drafted_tokens=slot.drafted,
-            accepted_tokens=slot.accepted,
+            drafted_tokens=sequence.drafted,
+            accepted_tokens=sequence.accepted,
         )
-        slot.task.finish(slot.out.final(stats))
+        sequence.task.finish(out.final(stats))

@@ -30,6 +30,7 @@ from zest.engines._base import (
     EngineInfo,
     GenerationJob,
     ModelFacts,
+    QueueCounts,
     Tokenizer,
     control_pattern,
 )
@@ -344,12 +345,12 @@ class LlamaCppEngine(Engine):
     def tokenizer(self) -> LlamaCppTokenizer | None:
         return self._tokenizer
 
+    def own_queue(self) -> QueueCounts | None:
+        """The batch scheduler holds its waiting requests (the hybrid pipeline does not)."""
+        return self._runner if isinstance(self._runner, BatchScheduler) else None
+
     def kv_cells(self) -> KvCells | None:
         return None if self._runner is None else self._runner.kv
-
-    def note_queued(self, priority: int | None) -> None:
-        if isinstance(self._runner, BatchScheduler):
-            self._runner.queued_priority = priority
 
     def stream(self, job: GenerationJob) -> AsyncGenerator[Delta, None]:
         tokenizer = self._loaded_tokenizer()

@@ -85,6 +85,16 @@ class PrefixCache:
         if len(prompt) <= self._max_tokens:
             self._held[seq] = tuple(prompt)
 
+    def restored(self, tokens: Sequence[int], seq: int) -> None:
+        """`seq`'s stream now holds a resumed sequence's saved state, whose first tokens are
+        `tokens` (its prompt, or the part of it prefilled before it was preempted)."""
+        if seq in self._idle:
+            self._idle.remove(seq)
+        if tokens and len(tokens) <= self._max_tokens:
+            self._held[seq] = tuple(tokens)
+        else:
+            self._held.pop(seq, None)
+
     def release(self, seq: int, *, keep: bool) -> None:
         """`seq`'s request ended: its stream keeps the prompt for the next request (least recent
         dropped past `kept` idle slots), or, after an error, forgets everything."""

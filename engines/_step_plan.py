@@ -1,157 +1,280 @@
-"""Which prompts' prefill enters a batch step, and how much of each: route priority reaches the
-batch, not just the admission queue.
+"""Every step of the llama.cpp batch from one pure function, counted in steps (issue 35).
 
-A step's token budget (`n_batch`) goes first to the rows of the sequences that are decoding
-(the scheduler adds those), then to prompts waiting for their prefill, highest priority first,
-then in arrival order. A prompt *yields* while a request of higher priority is prefilling or
-decoding, or came within HOLD_S (RecentPriority): the yielding prompts share one chunk of the
-step, the oldest first, sized by yield_tokens to keep the step within STEP_TARGET_MS at the
-measured cost per row (StepCost; MIN_YIELD to YIELD_CHUNK tokens), so the step stays short and
-the higher-priority request's first token (and every next token) comes without waiting behind a
-long prefill (stall-free batching, as Sarathi-Serve and vLLM's chunked prefill do, with route
-priorities on top). While a request of higher priority waits for a free slot, the yielding
-prompts pause (QueuePause): the step shrinks to its decode rows, so the slots of the requests
-ahead free sooner. On 2 cores, 8 yielded tokens made a step of five autocomplete rows 190 ms
-instead of ~80, each autocomplete held its slot 3 s, five slots could not keep up with one a
-second, and the autocompletes went through in convoys (TTFT climbing to 4 s). The aging rule:
-the oldest yielding prompt gets the shared chunk every step, and while paused at least once
-every AGING_S, so a steady stream of interactive requests slows the batch prompts' prefill but
-cannot starve them (each becomes the oldest in turn). Shared, not per prompt: three summaries
-yielding 64 tokens each made every step of an autocomplete three times as long (a 192-token
-chunk beside 5,000 cached cells: about 1.3 s on 2 cores).
+`plan_step` takes what runs (the sequences holding a slot), what waits for one (requests not
+started yet, and preempted sequences whose KV state waits in host memory), the free slots,
+the step's token budgets (the cost model's, engines/_step_cost.py: the one place the
+machine's speed enters) and the step counter, and answers with the step: the requests to
+drop (their clients left: they steer nothing), the sequences to preempt, the waiting requests
+that take a slot, and each running sequence's rows (decode rows, or a chunk of its prompt).
+The scheduler (engines/_llama_batch.py) applies the answer; tests prove the rules by counting
+steps, on any machine.
 
-Pure (RecentPriority's and QueuePause's clocks injected): the scheduler
-(engines/_llama_batch.py) hands in what waits and what it measured, and applies the answer.
+Admission. Waiting requests take free slots by route priority, then arrival; one that has
+waited WAIT_AGING_STEPS steps goes first, whatever its priority (the aging rule: a steady flow
+of higher requests cannot starve it of slots). A request's n choices are admitted together:
+a member takes a slot only when the free slots hold every member not running yet, and
+nothing behind it takes a free slot meanwhile.
+
+Preemption. A waiting request with no free slot takes the slot of the lowest-priority running
+sequence below its own (the latest arrival among equals): the victim's state is saved and it
+waits again, first among its priority. A sequence that was preempted, or that was admitted by
+the aging rule, is shielded: never preempted (again), so it finishes.
+
+Rows. Route priorities are known at load: each job carries the highest priority of the routes
+its model serves (`peak`), so a lower request's prompt never takes a whole `n_batch` while a
+higher request may arrive, and no burst's first request waits behind one. The work at the
+highest priority running *leads*; the rest is lower.
+
+- Nothing higher can come (the leading priority is the model's peak, and nothing higher
+  waits): the leading work fills the step up to `full` (n_batch): its decode rows first (one
+  each, then their speculative drafts), then its prompts' chunks, oldest first; lower work
+  beside it gets at most `beside` tokens (its decode rows first), so urgent work's steps stay
+  about as short as they are alone, and lower decode rows sit out while they would not.
+- Something higher may come (or waits): the whole step stays within `guarded` tokens, so the
+  higher request waits at most one short step for its own (leading work first, then lower).
+- The aging rule: a sequence that sat out AGING_STEPS steps in a row gets its row (or a chunk
+  of at least MIN_CHUNK of its prompt) in this step, before anything else and within `full`.
+
+So a step is never empty while a sequence runs (the leading work always gets a row), never
+holds more than `full` tokens, and no running sequence waits more than AGING_STEPS steps.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 __all__ = [
-    "AGING_S",
-    "HOLD_S",
-    "MIN_YIELD",
-    "STEP_TARGET_MS",
-    "YIELD_CHUNK",
-    "Prefilling",
-    "QueuePause",
-    "RecentPriority",
-    "StepCost",
-    "prefill_chunks",
-    "yield_tokens",
+    "AGING_STEPS",
+    "MIN_CHUNK",
+    "WAIT_AGING_STEPS",
+    "Running",
+    "StepBudget",
+    "StepPlan",
+    "StepState",
+    "Waiting",
+    "plan_step",
 ]
 
-# Tokens the yielding prompts prefill per step at most: about 0.2 s of a 2-core CPU at ~300
-# tokens/s.
-YIELD_CHUNK = 64
-# ...and at least, however slow the machine: the aging rule's floor.
-MIN_YIELD = 8
-# How long a step that carries yielding prefill may take: each token of the higher-priority
-# requests waits one step, so this bounds their time between tokens.
-STEP_TARGET_MS = 150.0
-# How long a priority stays expected after its last request: interactive requests come in
-# bursts (autocomplete as someone types), and one arriving between them would otherwise wait
-# behind a whole n_batch of a lower prompt (3.5 s for 512 tokens on 2 cores, measured here).
-HOLD_S = 2.0
-# How long the yielding prompts may pause while higher-priority requests wait for a slot: their
-# chunk still comes at least this often (the aging rule).
-AGING_S = 1.0
+# A running sequence has a row at least once every AGING_STEPS steps.
+AGING_STEPS = 8
+# ...and a prompt's chunk in such a step holds at least this many of its tokens.
+MIN_CHUNK = 8
+# A request that waited this many steps for a slot takes the next free one first.
+WAIT_AGING_STEPS = 32
 
 
 @dataclass(frozen=True)
-class Prefilling:
-    key: int  # the scheduler's handle (its sequence id)
+class StepBudget:
+    """Tokens a step may carry (the cost model's answer for this machine)."""
+
+    full: int  # the most any step holds (n_batch)
+    guarded: int  # the whole step, while a request of higher priority may arrive (or waits)
+    beside: int  # lower work's tokens beside the leading work, when nothing higher can come
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.guarded <= self.full or not 0 <= self.beside <= self.full:
+            raise ValueError(f"a step budget needs 1 <= guarded <= full, 0 <= beside: {self}")
+
+
+@dataclass(frozen=True)
+class Running:
+    """A sequence holding a slot."""
+
+    key: int
     priority: int
-    remaining: int  # prompt tokens not yet in the KV cache
+    arrival: int  # lower: came first
+    remaining: int = 0  # prompt tokens not in the KV cache yet (0: decoding)
+    rows: int = 1  # decode rows it would take: its token, then its speculative draft
+    last_served: int = 0  # the step of its last rows (or of its admission)
+    shielded: bool = False  # never preempted
+    abandoned: bool = False  # its client left
+    group: int | None = None  # the request's n choices it belongs to
+    peak: int | None = None  # the highest route priority its model serves (None: not known)
+
+    @property
+    def decoding(self) -> bool:
+        return self.remaining == 0
 
 
-class RecentPriority:
-    """The highest priority among the requests of the last HOLD_S seconds: lower prompts keep
-    yielding to it for that long after its last request, so the next one finds short steps."""
+@dataclass(frozen=True)
+class Waiting:
+    """A request waiting for a slot: not started yet, or preempted."""
 
-    def __init__(self, hold_s: float = HOLD_S, clock: Callable[[], float] = time.monotonic):
-        self._hold_s, self._clock = hold_s, clock
-        self._seen: dict[int, float] = {}  # priority -> when last present
-
-    def note(self, present: Iterable[int]) -> int | None:
-        """Record the priorities present in this step; the highest one still expected."""
-        now = self._clock()
-        for priority in present:
-            self._seen[priority] = now
-        for priority in [p for p, at in self._seen.items() if now - at > self._hold_s]:
-            del self._seen[priority]
-        return max(self._seen, default=None)
+    key: int
+    priority: int
+    arrival: int
+    remaining: int  # prompt tokens to compute once it runs (0: a preempted decoding sequence)
+    since: int = 0  # the step it began waiting (its arrival, or its preemption)
+    preempted: bool = False
+    abandoned: bool = False
+    group: int | None = None
+    group_size: int = 1
+    peak: int | None = None
 
 
-class QueuePause:
-    """Whether this step's yielding prompts pause: while a request of higher priority waits for
-    a free slot, except once every AGING_S (their chunk still comes)."""
-
-    def __init__(self, aging_s: float = AGING_S, clock: Callable[[], float] = time.monotonic):
-        self._aging_s, self._clock = aging_s, clock
-        self._served = clock()  # when the yielding prompts last had a chunk
-
-    def share(self, chunk: int, *, queued_above: bool) -> int:
-        """The yielding prompts' chunk this step: `chunk`, or 0 while paused."""
-        now = self._clock()
-        if queued_above and now - self._served < self._aging_s:
-            return 0
-        self._served = now
-        return chunk
+@dataclass(frozen=True)
+class StepState:
+    running: tuple[Running, ...]
+    waiting: tuple[Waiting, ...]
+    free: int  # slots free before this step (an abandoned running sequence frees one more)
+    step: int  # the step being planned
 
 
-class StepCost:
-    """A running estimate of a step's milliseconds per batch row (an exponential average of
-    the steps measured): what sizes the yielding chunk on this machine."""
+@dataclass(frozen=True)
+class StepPlan:
+    dropped: tuple[int, ...] = ()  # abandoned: retired, or dropped from the waiting list
+    preempted: tuple[int, ...] = ()  # leave their slots (state saved), waiting again
+    admitted: tuple[int, ...] = ()  # take a slot, in this order
+    shielded: tuple[int, ...] = ()  # of the admitted: never to be preempted
+    # (key, tokens) in batch order: decode rows (a token and its draft), then prompt chunks.
+    rows: tuple[tuple[int, int], ...] = ()
 
-    def __init__(self, weight: float = 0.2) -> None:
-        self.ms_per_row: float | None = None
-        self._weight = weight
-
-    def record(self, rows: int, ms: float) -> None:
-        if rows <= 0:
-            return
-        sample = ms / rows
-        previous = self.ms_per_row
-        self.ms_per_row = (
-            sample if previous is None else previous + self._weight * (sample - previous)
-        )
+    @property
+    def tokens(self) -> int:
+        return sum(tokens for _, tokens in self.rows)
 
 
-def yield_tokens(ms_per_row: float | None, rows: int, target_ms: float = STEP_TARGET_MS) -> int:
-    """The yielding prompts' share of a step that already holds `rows`: as many tokens as keep
-    the step within `target_ms` at the measured cost, between MIN_YIELD and YIELD_CHUNK (a
-    fast machine gets the whole YIELD_CHUNK; 10 ms a row, measured here beside long prompts,
-    gets the floor). Unmeasured: YIELD_CHUNK."""
-    if ms_per_row is None or ms_per_row <= 0:
-        return YIELD_CHUNK
-    fits = int(target_ms / ms_per_row) - rows
-    return max(MIN_YIELD, min(YIELD_CHUNK, fits))
+def plan_step(state: StepState, budget: StepBudget) -> StepPlan:
+    """The next step (see the module's docstring for the rules)."""
+    running = [r for r in state.running if not r.abandoned]
+    waiting = [w for w in state.waiting if not w.abandoned]
+    everyone: list[Running | Waiting] = [*state.running, *state.waiting]
+    dropped = tuple(x.key for x in everyone if x.abandoned)
+    free = state.free + len(state.running) - len(running)
+    preempted, admitted = _admit(running, waiting, free, state.step)
+    gone = {v.key for v in preempted}
+    started = [_started(w, state.step) for w in admitted]
+    after = [r for r in running if r.key not in gone] + started
+    left = [w for w in waiting if w not in admitted]
+    ceiling = max(_priorities(after, left), default=0)
+    return StepPlan(
+        dropped=dropped,
+        preempted=tuple(v.key for v in preempted),
+        admitted=tuple(w.key for w in admitted),
+        shielded=tuple(r.key for r in started if r.shielded),
+        rows=_rows(after, ceiling, budget, state.step),
+    )
 
 
-def prefill_chunks(
-    waiting: Sequence[Prefilling],
-    *,
-    budget: int,
-    others: Sequence[int] = (),
-    yield_chunk: int = YIELD_CHUNK,
-) -> list[tuple[int, int]]:
-    """(key, tokens) for this step, in the order the chunks go into the batch. `waiting` is in
-    arrival order; `others` holds the priorities of the step's other work: the sequences
-    decoding in it, or (the scheduler's RecentPriority) the highest one expected soon."""
-    ahead = max([*others, *(p.priority for p in waiting)], default=0)
-    chunks = []
-    yielding = yield_chunk  # shared by every yielding prompt: the step stays short however many
-    for prompt in sorted(waiting, key=lambda p: -p.priority):  # stable: arrival order kept
-        leads = prompt.priority >= ahead
-        tokens = min(prompt.remaining, budget if leads else min(budget, yielding))
-        if tokens <= 0:
+def _priorities(running: Iterable[Running], waiting: Iterable[Waiting]) -> list[int]:
+    """Every priority present or expected: the live requests' own, and their models' peak."""
+    found = []
+    items: list[Running | Waiting] = [*running, *waiting]
+    for item in items:
+        found.append(item.priority)
+        if item.peak is not None:
+            found.append(item.peak)
+    return found
+
+
+def _aged(waiting: Waiting, step: int) -> bool:
+    return step - waiting.since >= WAIT_AGING_STEPS
+
+
+def _admission_order(waiting: Sequence[Waiting], step: int) -> list[Waiting]:
+    """Aged requests first (by arrival), then by priority and arrival."""
+    return sorted(
+        waiting,
+        key=lambda w: (0, 0, w.arrival) if _aged(w, step) else (1, -w.priority, w.arrival),
+    )
+
+
+def _admit(
+    running: Sequence[Running], waiting: Sequence[Waiting], free: int, step: int
+) -> tuple[list[Running], list[Waiting]]:
+    """(victims, admitted): free slots by admission order; a request with none takes a lower
+    running sequence's slot (never for a group: its members wait for free slots)."""
+    victims = sorted((r for r in running if not r.shielded), key=lambda r: (r.priority, -r.arrival))
+    members = Counter(r.group for r in running if r.group is not None)
+    preempted: list[Running] = []
+    admitted: list[Waiting] = []
+    blocked = False  # a request ahead waits for free slots: nothing behind it takes one
+    for request in _admission_order(waiting, step):
+        need = 1 if request.group is None else request.group_size - members[request.group]
+        if not blocked and need <= free:
+            free -= 1
+        elif request.group is None and victims and victims[0].priority < request.priority:
+            preempted.append(victims.pop(0))
+        else:
+            blocked = True
             continue
-        chunks.append((prompt.key, tokens))
-        budget -= tokens
-        if not leads:
-            yielding -= tokens
-    return chunks
+        admitted.append(request)
+        if request.group is not None:
+            members[request.group] += 1
+    return preempted, admitted
+
+
+def _started(request: Waiting, step: int) -> Running:
+    return Running(
+        key=request.key,
+        priority=request.priority,
+        arrival=request.arrival,
+        remaining=request.remaining,
+        last_served=step,
+        shielded=request.preempted or _aged(request, step),
+        group=request.group,
+        peak=request.peak,
+    )
+
+
+@dataclass
+class _Grants:
+    """Tokens granted so far in the step, by sequence."""
+
+    full: int
+    tokens: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def used(self) -> int:
+        return sum(self.tokens.values())
+
+    def give(self, running: Running, wanted: int, cap: int) -> None:
+        """Up to `wanted` more tokens for `running`, the step staying within `cap`."""
+        room = min(cap, self.full) - self.used
+        granted = self.tokens.get(running.key, 0)
+        more = max(min(wanted - granted, room), 0)
+        if more:
+            self.tokens[running.key] = granted + more
+
+
+def _rows(
+    running: Sequence[Running], ceiling: int, budget: StepBudget, step: int
+) -> tuple[tuple[int, int], ...]:
+    if not running:
+        return ()
+    lead = max(r.priority for r in running)
+    by_rank = sorted(running, key=lambda r: (-r.priority, r.arrival))
+    leading = [r for r in by_rank if r.priority == lead]
+    lower = [r for r in by_rank if r.priority < lead]
+    guarded = lead < ceiling
+    grants = _Grants(max(budget.full, len(running)))  # a row for each sequence always fits
+    aged = [r for r in running if step - r.last_served >= AGING_STEPS]
+    for r in aged:  # the aging rule, before anything else: a row each, then their chunks
+        grants.give(r, 1, grants.full)
+    for r in aged:
+        grants.give(r, 1 if r.decoding else min(r.remaining, MIN_CHUNK), grants.full)
+    cap = budget.guarded if guarded else grants.full
+    _fill(grants, leading, cap, drafts=True)
+    if lower:
+        cap = budget.guarded if guarded else grants.used + budget.beside
+        _fill(grants, lower, cap, drafts=False)
+    given = grants.tokens
+    decode = [(r.key, given[r.key]) for r in running if r.decoding and r.key in given]
+    chunks = [(r.key, given[r.key]) for r in by_rank if not r.decoding and r.key in given]
+    return tuple(decode + chunks)
+
+
+def _fill(grants: _Grants, work: Sequence[Running], cap: int, *, drafts: bool) -> None:
+    """Decode rows first (one each, then drafts), then prompts' chunks, in `work`'s order."""
+    for r in work:
+        if r.decoding:
+            grants.give(r, 1, cap)
+    if drafts:
+        for r in work:
+            if r.decoding:
+                grants.give(r, r.rows, cap)
+    for r in work:
+        if not r.decoding:
+            grants.give(r, r.remaining, cap)

@@ -29,7 +29,15 @@ from zest.router._placement import (
     Placement,
     parse_device,
 )
-from zest.router._plan import STRICT_REASON, Attempt, ModelTraits, Plan, find_route, plan_route
+from zest.router._plan import (
+    STRICT_REASON,
+    Attempt,
+    ModelTraits,
+    Plan,
+    find_route,
+    peak_priority,
+    plan_route,
+)
 from zest.router._rules import (
     Classify,
     Condition,
@@ -128,6 +136,7 @@ __all__ = [
     "parse_device",
     "parse_routes",
     "parse_seconds",
+    "peak_priority",
     "phrases_of",
     "plan_route",
     "relocated",

@@ -8,9 +8,9 @@ from typing import Any
 from zest.router._clients import ClientConfig
 from zest.router._schema import RouteConfig
 
-__all__ = ["route_for_client"]
+__all__ = ["PRIORITY_RANGE", "route_for_client"]
 
-_PRIORITY_RANGE = (-200, 200)  # a route's priority (-100..100) plus a client's offset
+PRIORITY_RANGE = (-200, 200)  # a route's priority (-100..100) plus a client's offset
 
 
 def route_for_client(
@@ -28,7 +28,7 @@ def route_for_client(
     if floor:
         update["privacy"] = "local_only"
     if priority and client.priority:
-        low, high = _PRIORITY_RANGE
+        low, high = PRIORITY_RANGE
         update["priority"] = max(low, min(high, route.priority + client.priority))
     if not update:
         return route

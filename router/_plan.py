@@ -18,6 +18,7 @@ from typing import Literal
 
 from zest.errors import BadRequestError, DeviceUnavailableError, UnknownTaskError, shown
 from zest.router._capabilities import Capabilities, Needs
+from zest.router._floor import PRIORITY_RANGE
 from zest.router._placement import (
     DEVICE_ORDER,
     REMOTE_DEVICE,
@@ -28,7 +29,7 @@ from zest.router._placement import (
 )
 from zest.router._schema import REMOTE_ENGINE, RouteConfig, RoutesFile
 
-__all__ = ["Attempt", "ModelTraits", "Plan", "find_route", "plan_route"]
+__all__ = ["Attempt", "ModelTraits", "Plan", "find_route", "peak_priority", "plan_route"]
 
 Kind = Literal["chat", "completion", "embedding"]
 _ENDPOINT = {
@@ -85,6 +86,35 @@ class Plan:
     @property
     def first(self) -> Attempt:
         return self.attempts[0]
+
+
+def peak_priority(routes: RoutesFile, model_id: str) -> int | None:
+    """The highest priority a request that may run on `model_id` (a route's model or one of
+    its fallbacks) can carry: its route's, raised by the largest offset of a named client that
+    may call it (docs/teams.md); None: no route runs there. A batching engine keeps lower
+    work's steps short while a request at it may arrive (engines/_step_plan.py)."""
+    found = [
+        _raised(route.priority, _largest_offset(routes, name))
+        for name, route in routes.routes.items()
+        if route.model == model_id or any(entry.model == model_id for entry in route.fallback)
+    ]
+    return max(found, default=None)
+
+
+def _largest_offset(routes: RoutesFile, task: str) -> int:
+    """The largest priority offset among the clients that may call `task` (0 at least: the
+    admin key, and anonymous callers where no client is named, move nothing)."""
+    offsets = [
+        client.priority
+        for client in routes.clients.values()
+        if client.tasks == "*" or task in client.tasks
+    ]
+    return max([0, *offsets])
+
+
+def _raised(priority: int, offset: int) -> int:
+    low, high = PRIORITY_RANGE
+    return max(low, min(high, priority + offset))
 
 
 def find_route(name: str, kind: Kind | None, routes: RoutesFile) -> RouteConfig:

@@ -495,7 +495,8 @@ class RouteConfig(_Strict):
     allow_cpu: bool = True
     on_failure: Literal["next", "return_error"] = "next"
     hybrid_min_prompt_tokens: int = Field(default=512, ge=1)
-    # Admission order when a model is busy: higher first, then arrival order.
+    # When a model is busy: higher first, for its slots (preempting lower requests) and its
+    # steps (docs/serving.md, the scheduler); then arrival order.
     priority: int = Field(default=0, ge=-100, le=100)
     max_tokens: int = Field(default=512, ge=1, le=1_048_576)
     system_prompt: str | None = None

@@ -40,7 +40,8 @@ def add_bench_command(commands: Any) -> None:
         "--seconds",
         type=int,
         default=45,
-        help="the mixed phase: seconds of each spell, alone and beside the summaries (default 45)",
+        help="the mixed phase: seconds of each spell: alone, beside the summaries, and with "
+        "every slot held (default 45)",
     )
     bench.add_argument(
         "--llama-server",

@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from zest.engines import Delta
 from zest.errors import LimitsUnavailableError, RateLimitedError, TaskNotAllowedError
@@ -37,8 +37,6 @@ from zest.router import ClientConfig, ClientLimits
 if TYPE_CHECKING:
     from limits import RateLimitItem
     from limits.aio.storage import Storage
-
-    from zest.gateway.serving._generation import Generation
 
 __all__ = [
     "ADMIN",
@@ -144,13 +142,24 @@ class Ticket:
             self.gate.release(self)
 
 
+class _Served(Protocol):
+    """What a part's ticket reads of its generation (gateway/serving/_generation.py's
+    Generation): named here, not imported, as the front door imports this module."""
+
+    @property
+    def cache(self) -> Literal["hit", "miss"] | None: ...
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+
 class _TicketPart(RequestEvents):
     """Forwards a part's events, and tells the ticket what the part used when it ends: its
     prompt and completion tokens; cut short, its prompt and the pieces it streamed."""
 
     def __init__(self, ticket: Ticket, inner: RequestEvents) -> None:
         self.ticket, self.inner = ticket, inner
-        self.gen: Generation | None = None
+        self.gen: _Served | None = None
         self.pieces = 0
         self.ended = False
 
@@ -166,7 +175,7 @@ class _TicketPart(RequestEvents):
     def fell_back(self, kind: str) -> None:
         self.inner.fell_back(kind)
 
-    def first_token(self, gen: Generation) -> None:
+    def first_token(self, gen: _Served) -> None:
         self.gen = gen
         self.inner.first_token(gen)
 

@@ -6,8 +6,9 @@ is settled and the answer kept through the events of each choice."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -17,10 +18,11 @@ from zest.gateway.serving._events import RequestEvents
 from zest.router import find_route
 
 if TYPE_CHECKING:
-    from zest.gateway.serving._generation import Generation
     from zest.gateway.serving._runtime import Runtime
 
 __all__ = ["Door", "open_door"]
+
+G = TypeVar("G")
 
 Kind = Literal["chat", "completion", "embedding"]
 
@@ -53,18 +55,19 @@ class Door:
         """The request failed before its answer began: the ticket is released at once."""
         self.ticket.release()
 
-    def replayed(self, name: str, events: RequestEvents | None) -> list[Generation]:
+    def replayed(
+        self, name: str, events: RequestEvents | None, generation: Callable[..., G]
+    ) -> list[G]:
         """The kept answer as the request's generations: one per choice, its deltas those the
-        engine gave, served by the device `cache`."""
-        from zest.gateway.serving._generation import Generation
-
+        engine gave, served by the device `cache`. `generation`: serving/_generation.py's
+        Generation, handed in (the front door imports this module, not the reverse)."""
         kept = self.kept
         assert kept is not None
         info = dataclasses.replace(kept.info, device="cache")
         gens = []
         for choice, deltas in enumerate(kept.choices):
             observed = self.observer(events if choice == 0 else None, choice)
-            gen = Generation(
+            gen = generation(
                 kept.plan,
                 kept.attempt,
                 info=info,

@@ -6,12 +6,9 @@ The request path calls these methods and knows nothing of who listens: the metri
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from zest.engines import Delta
-
-if TYPE_CHECKING:
-    from zest.gateway.serving._generation import Generation
 
 __all__ = ["RequestEvents"]
 
@@ -31,8 +28,10 @@ class RequestEvents:
     def fell_back(self, kind: str) -> None:
         """An attempt failed with `kind` (policies.FailureKind) and the request moved on."""
 
-    def first_token(self, gen: Generation) -> None:
-        """The first delta arrived: the generation is what serves the request."""
+    def first_token(self, gen: Any) -> None:
+        """The first delta arrived: `gen`, the Generation (gateway/serving/_generation.py),
+        is what serves the request. Typed Any here, so that this module imports nothing of
+        the request path that emits its events (an observer names the type it reads)."""
 
     def delta(self, delta: Delta) -> None:
         """A delta was handed to the client; the final one ends the request."""

@@ -33,6 +33,7 @@ from zest.errors import BadRequestError, RequestError
 from zest.gateway.serving._abandoned import note_queued, stopped_line, written_when_stopped
 from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._clients import Caller
+from zest.gateway.serving._conditions import ServingConditions
 from zest.gateway.serving._door import Door, open_door
 from zest.gateway.serving._drain import Activity
 from zest.gateway.serving._events import RequestEvents
@@ -53,6 +54,7 @@ from zest.router import (
     ResponseFormat,
     RouteConfig,
     find_route,
+    peak_priority,
     route_for_client,
     tightened,
 )
@@ -201,7 +203,7 @@ async def start_choices(
             prompts=len(prompts) if prompts is not None else 1,
         )
         if door.kept is not None:
-            return door.replayed(name, events)
+            return door.replayed(name, events, Generation)
     try:
         return await _start_choices(
             runtime,
@@ -341,7 +343,7 @@ async def start_generation(
         assert caller is not None
         door = await open_door(runtime, caller, name, kind=kind, body=body, inputs=inputs)
         if door.kept is not None:
-            return door.replayed(name, events)[0]
+            return door.replayed(name, events, Generation)[0]
     if door is not None:
         events = door.observer(events, choice)
     try:
@@ -475,8 +477,17 @@ async def route_request(
         asked = build_prompt(route, kind, messages, prompt, inputs.get("tools"))
         return await runtime.count_prompt(routes, route.model, asked, over=over)
 
+    # Model-backed conditions run as requests of their own routes, through this front door.
+    models = ServingConditions(runtime, start_generation)
     return await route_by_content(
-        runtime, routes, name, route, given, count_tokens=count_tokens, request_id=request_id
+        models,
+        routes,
+        name,
+        route,
+        given,
+        count_tokens=count_tokens,
+        oracle=runtime.oracle,
+        request_id=request_id,
     )
 
 
@@ -626,7 +637,7 @@ class _Walk:
         info, tokenizer = lease.info, lease.engine.tokenizer()
         fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
         label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
-        job = self._job(prompt, budget, label)
+        job = self._job(prompt, budget, label, attempt.model)
         note_queued()  # the runner has the job at once: it, or the engine, writes its line
         stream = lease.stream(job)
         try:
@@ -671,7 +682,7 @@ class _Walk:
             prompt = prompt.encoded_by(tokenizer)
         return fit.fitted, fit.budget, prompt
 
-    def _job(self, prompt: Prompt, budget: Budget, label: str) -> GenerationJob:
+    def _job(self, prompt: Prompt, budget: Budget, label: str, model: str) -> GenerationJob:
         route, body = self.plan.route, self.body
         defaults = route.sampling
 
@@ -692,6 +703,7 @@ class _Walk:
             # The route's stops always apply (they shape the task); the request may add more.
             stop=tuple(dict.fromkeys(defaults.stop + body.stops())),
             priority=route.priority,
+            peak_priority=peak_priority(self.routes.config, model),
             label=label,
             privacy=route.privacy,
             logit_bias=body.biases(),

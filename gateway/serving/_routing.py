@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from cachetools import LRUCache, TTLCache
 
@@ -45,10 +45,8 @@ from zest.router import (
     walk_conditions,
 )
 
-if TYPE_CHECKING:  # the runtime holds an oracle: the module is imported by _runtime
-    from zest.gateway.serving._runtime import Runtime
-
 __all__ = [
+    "ConditionModels",
     "ConditionObserver",
     "ConditionQuery",
     "RouteInputs",
@@ -106,15 +104,40 @@ def token_bound(route: RouteConfig) -> int | None:
     return max(bounds, default=None)
 
 
+class ConditionModels(Protocol):
+    """What routing asks of the serving layer: queue depths, and the models behind similar_to
+    and classify, each run as an ordinary request of its route. A narrow interface, so that
+    routing never imports the front door that calls it (gateway/serving/_generation.py
+    implements it over the runtime)."""
+
+    def waiting_for(self, routes: LoadedRoutes, task: str) -> int:
+        """Requests waiting for a slot of the model of route `task`."""
+        ...
+
+    async def embed(
+        self, via: str, texts: Sequence[str], *, privacy_of: RouteConfig
+    ) -> Sequence[Sequence[float]]:
+        """Route `via`'s vectors of `texts` (the caller's privacy binds it)."""
+        ...
+
+    async def answer(
+        self, via: str, kind: str, body: Any, inputs: dict[str, Any], *, privacy_of: RouteConfig
+    ) -> tuple[str, float, str | None]:
+        """Route `via`'s answer to `body`: its text, the sum of its tokens' log
+        probabilities and its finish reason (the generation stops if the wait for it is
+        cancelled)."""
+        ...
+
+
 async def route_by_content(
-    runtime: Runtime,
+    models: ConditionModels,
     routes: LoadedRoutes,
     task: str,
     route: RouteConfig,
     inputs: RouteInputs,
     *,
     count_tokens: TokenCounter,
-    oracle: RoutingOracle | None = None,
+    oracle: RoutingOracle,
     request_id: str = "-",
 ) -> Routed:
     """Evaluate `route`'s rules over the request; the target serves with everything it
@@ -129,16 +152,15 @@ async def route_by_content(
         inputs.has_tools,
         inputs.has_images,
         prompt_tokens=lambda: counted[0] if counted else None,
-        waiting=lambda name: runtime.waiting_for(routes, name),
+        waiting=lambda name: models.waiting_for(routes, name),
     )
-    oracle = oracle or runtime.oracle
     results: dict[SimilarTo | Classify, ModelResult] = {}
     while isinstance(outcome := decide(task, route.rules, given, results), Pending):
         condition = outcome.condition
         if condition is None:
             counted.append(await count_tokens(token_bound(route) or 0))
             continue
-        query = ConditionQuery(runtime, routes, route, condition, inputs.text, request_id)
+        query = ConditionQuery(models, routes, route, condition, inputs.text, request_id)
         results[condition] = await oracle.resolve(query)
     if outcome.route_to == task:
         return Routed(task, route, outcome)
@@ -155,7 +177,7 @@ ConditionObserver = Callable[[str, float, bool], None]
 class ConditionQuery:
     """One model-backed condition asked of one request's text: all that resolving it reads."""
 
-    runtime: Runtime
+    models: ConditionModels
     routes: LoadedRoutes
     caller: RouteConfig  # the route whose rules ask: its privacy binds the condition's route
     condition: SimilarTo | Classify
@@ -187,7 +209,7 @@ class RoutingOracle:
     results: TTLCache[tuple[int, Any, str], ModelResult] = field(
         default_factory=lambda: TTLCache(maxsize=4096, ttl=600)
     )
-    phrases: LRUCache[tuple[int, str, str], list[tuple[float, ...]]] = field(
+    phrases: LRUCache[tuple[int, str, str], list[Sequence[float]]] = field(
         default_factory=lambda: LRUCache(maxsize=256)
     )
     # The metrics observe each model-backed evaluation (the request path imports no metrics).
@@ -260,27 +282,21 @@ class RoutingOracle:
         return 200, result
 
     async def _similarity(self, query: ConditionQuery, condition: SimilarTo) -> ModelResult:
-        from zest.gateway.serving._embedding import embed_inputs  # it imports the runtime
-
         phrases = await self._phrase_vectors(query, condition)
-        embedded = await embed_inputs(
-            query.runtime, condition.via, [query.text or " "], privacy_of=query.caller
+        embedded = await query.models.embed(
+            condition.via, [query.text or " "], privacy_of=query.caller
         )
-        vector = embedded.result.vectors[0]
+        vector = embedded[0]
         return ModelResult(score=max(_cosine(vector, phrase) for phrase in phrases))
 
     async def _phrase_vectors(
         self, query: ConditionQuery, condition: SimilarTo
-    ) -> list[tuple[float, ...]]:
-        from zest.gateway.serving._embedding import embed_inputs
-
+    ) -> list[Sequence[float]]:
         key = (query.routes.serial, condition.via, condition.label)
         if (vectors := self.phrases.get(key)) is None:
             phrases = list(phrases_of(query.routes.config, query.caller)[condition.label])
-            embedded = await embed_inputs(
-                query.runtime, condition.via, phrases, privacy_of=query.caller
-            )
-            vectors = self.phrases[key] = list(embedded.result.vectors)
+            embedded = await query.models.embed(condition.via, phrases, privacy_of=query.caller)
+            vectors = self.phrases[key] = list(embedded)
         return vectors
 
 
@@ -307,27 +323,11 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
 async def _classify(query: ConditionQuery, condition: Classify) -> ModelResult:
     """One label from the classify route, its answer constrained to the labels (a JSON
     string among them); the score is the answer's probability under the model."""
-    from zest.gateway.serving._generation import start_generation
-
     via = query.routes.config.routes[condition.via]
     body, inputs = _classifier_request(condition, via.kind, query.text)
-    gen = await start_generation(
-        query.runtime,
-        condition.via,
-        kind=via.kind,  # type: ignore[arg-type]
-        body=body,
-        request_id="routing",
-        privacy_of=query.caller,
-        **inputs,
+    answer, logprob, finish = await query.models.answer(
+        condition.via, via.kind, body, inputs, privacy_of=query.caller
     )
-    answer, logprob, finish = "", 0.0, None
-    try:  # a time-out cancels the wait here: the generation stops with it
-        async for delta in gen.deltas():
-            answer += delta.text
-            logprob += sum(token.logprob for token in delta.logprobs)
-            finish = delta.finish_reason or finish
-    finally:
-        await gen.aclose()
     label = _label_in(answer, condition.labels)
     if label is None:  # cut short, or stopped inside the label: on_error decides
         return ModelResult(error=_no_label(answer, finish, condition.via))

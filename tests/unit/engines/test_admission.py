@@ -57,18 +57,6 @@ def test_priority_first_then_arrival() -> None:
     assert taken == ["high1", "high2", "mid", "low1", "low2"]
 
 
-def test_the_highest_waiting_priority_is_the_next_to_be_taken() -> None:
-    queue: AdmissionQueue[str] = AdmissionQueue(slots=1, max_queue=10)
-    assert queue.highest_waiting() is None
-    queue.offer("run", 0)
-    assert queue.take() == "run"
-    queue.offer("low", 0)
-    queue.offer("high", 50)
-    assert queue.highest_waiting() == 50
-    queue.finish()
-    assert (queue.take(), queue.highest_waiting()) == ("high", 0)
-
-
 def test_an_abandoned_waiting_item_gives_its_place_back_and_is_told() -> None:
     gone: set[str] = set()
     dropped: list[str] = []

@@ -34,10 +34,6 @@ class HeldEngine(Engine):
     def __init__(self) -> None:
         self.started: list[str] = []
         self.release = asyncio.Event()
-        self.queued: list[int | None] = []  # what the runner told it waits for a slot
-
-    def note_queued(self, priority: int | None) -> None:
-        self.queued.append(priority)
 
     def load(self) -> EngineInfo:
         return self.info()
@@ -145,21 +141,59 @@ async def test_a_requests_choices_are_admitted_together_or_refused_past_the_slot
     assert sorted(engine.started[1:]) == ["c0", "c1"]
 
 
+class SchedulingEngine(HeldEngine):
+    """An engine that holds its waiting requests itself (as the llama.cpp batch does): every
+    request reaches it at once; it says how many hold a slot."""
+
+    name = "scheduling"
+
+    def __init__(self, slots: int) -> None:
+        super().__init__()
+        self.slots = slots
+
+    def own_queue(self) -> SchedulingEngine:
+        return self
+
+    @property
+    def running(self) -> int:
+        return min(len(self.started), self.slots)
+
+    @property
+    def waiting(self) -> int:
+        return max(len(self.started) - self.slots, 0)
+
+
 @sync
-async def test_the_engine_is_told_the_highest_priority_waiting_for_a_slot() -> None:
-    """A batching engine pauses lower prompts' prefill while a higher request waits for a slot
-    (engines/_step_plan.py QueuePause): the runner tells it, and tells it when none waits."""
-    engine = HeldEngine()
-    runner = Runner(engine, Admission(slots=1, max_queue=4))
-    tasks = [asyncio.ensure_future(run(runner, job("low", 0)))]
+async def test_an_engine_with_its_own_queue_gets_every_request_within_the_bound_at_once() -> None:
+    """The runner only counts: no second waiting list, no slot bookkeeping on the loop."""
+    engine = SchedulingEngine(slots=1)
+    runner = Runner(engine, Admission(slots=1, max_queue=2, slots_set_by="options.parallel"))
+    tasks = [asyncio.ensure_future(run(runner, job(str(i), priority=i))) for i in range(3)]
     await settle()
-    tasks += [asyncio.ensure_future(run(runner, job(n, p))) for n, p in [("a", 5), ("b", 50)]]
-    await settle()
-    assert engine.queued[-1] == 50
+    assert engine.started == ["0", "1", "2"]  # the engine orders them, not the runner
+    assert (runner.pending, runner.waiting) == (3, 2)
+    with pytest.raises(OverloadedError) as refused:
+        await run(runner, job("3"))
+    assert "the model is at capacity (1 running, 2 waiting)" in refused.value.message
+    assert runner.pending == 3  # the refusal holds nothing
+    with pytest.raises(BadRequestError, match="n: 2 choices decode together"):
+        await run(runner, job("pair", group=ChoiceGroup(2)))
     engine.release.set()
     await asyncio.gather(*tasks)
-    assert engine.started == ["low", "b", "a"]
-    assert engine.queued[-1] is None
+    assert (runner.pending, runner.waiting) == (0, 0)
+
+
+@sync
+async def test_a_request_that_leaves_an_engine_with_its_own_queue_gives_its_place_back() -> None:
+    engine = SchedulingEngine(slots=1)
+    runner = Runner(engine, Admission(slots=1, max_queue=0))
+    held = asyncio.ensure_future(run(runner, job("held")))
+    await settle()
+    held.cancel()
+    await settle()
+    assert runner.pending == 0
+    engine.release.set()
+    assert [d.text for d in await run(runner, job("next"))] == ["x"]
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[str]:

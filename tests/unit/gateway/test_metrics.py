@@ -39,6 +39,7 @@ from zest.errors import (
 )
 from zest.gateway.http._metrics import Metrics, RequestRecord, outcome_of
 from zest.gateway.http._responses import collect_body, sse_events
+from zest.gateway.serving._conditions import ServingConditions
 from zest.gateway.serving._generation import Generation, start_generation
 from zest.gateway.serving._requests import ChatMessage, ChatRequest
 from zest.gateway.serving._routing import ConditionQuery
@@ -416,6 +417,9 @@ class _Queued:
     def pending(self) -> int:
         return self._pending
 
+    def own_queue(self) -> None:
+        return None  # the runner holds its queue
+
 
 class _QueuedRunner:
     """A runner with requests in it: the queue depth the metrics read."""
@@ -553,7 +557,8 @@ def test_model_backed_conditions_are_timed_and_their_cache_hits_counted(
             (served.oracle, served.routes, classify, "x"),
             (other.oracle, other.routes, classify, "x"),
         ):
-            await oracle.resolve(ConditionQuery(served, routes, chat, condition, text))
+            models = ServingConditions(served, start_generation)
+            await oracle.resolve(ConditionQuery(models, routes, chat, condition, text))
 
     asyncio.run(scenario())
     scraped = samples(metrics)
@@ -575,7 +580,8 @@ def test_a_failed_model_backed_condition_is_timed_and_tried_again(tmp_path: Path
     chat = served.routes.config.routes["chat"]
 
     async def scenario() -> list[ModelResult]:
-        query = ConditionQuery(served, served.routes, chat, similar, "x")
+        models = ServingConditions(served, start_generation)
+        query = ConditionQuery(models, served.routes, chat, similar, "x")
         found = [await served.oracle.resolve(query)]
         found.append(await served.oracle.resolve(query))
         await served.close()

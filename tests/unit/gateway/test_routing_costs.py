@@ -21,10 +21,12 @@ from zest.gateway.serving import (
     ChatMessage,
     ChatRequest,
     Runtime,
+    _conditions,
     _embedding,
     _generation,
     route_request,
 )
+from zest.gateway.serving._conditions import ServingConditions
 from zest.gateway.serving._routing import ConditionQuery, RoutingOracle
 from zest.router import (
     Classify,
@@ -148,7 +150,8 @@ def test_count_prompt_over_a_bound_gives_the_least_count_of_a_longer_prompt() ->
 def query(condition: SimilarTo | Classify, text: str) -> ConditionQuery:
     serving = runtime(CountingTokenizer())
     caller = serving.routes.config.routes["chat"]
-    return ConditionQuery(serving, serving.routes, caller, condition, text)
+    models = ServingConditions(serving, _generation.start_generation)
+    return ConditionQuery(models, serving.routes, caller, condition, text)
 
 
 def test_a_similarity_embeds_at_most_max_input_chars_of_the_text(
@@ -161,7 +164,7 @@ def test_a_similarity_embeds_at_most_max_input_chars_of_the_text(
         result = Embeddings(tuple((1.0, 0.0) for _ in texts), 1)
         return _embedding.Embedded(None, None, None, result)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_embedding, "embed_inputs", embed_inputs)
+    monkeypatch.setattr(_conditions, "embed_inputs", embed_inputs)
     condition = SimilarTo(via="embed", label="code", min_score=0.5, max_input_chars=5)
     asked = query(condition, "abcdefgh" * 1000)
     found = asyncio.run(RoutingOracle().resolve(asked))
@@ -295,13 +298,14 @@ def test_each_model_backed_condition_s_request_has_its_line(
         result = Embeddings(tuple((1.0, 0.0) for _ in texts), 1)
         return _embedding.Embedded(None, None, None, result)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_embedding, "embed_inputs", embed_inputs)
+    monkeypatch.setattr(_conditions, "embed_inputs", embed_inputs)
     condition = SimilarTo(via="embed", label="code", min_score=0.5, timeout_s=0.05)
     serving, oracle = runtime(CountingTokenizer()), RoutingOracle()
     caller = serving.routes.config.routes["chat"]
 
     def asked(text: str) -> ConditionQuery:
-        return ConditionQuery(serving, serving.routes, caller, condition, text)
+        models = ServingConditions(serving, _generation.start_generation)
+        return ConditionQuery(models, serving.routes, caller, condition, text)
 
     async def scenario() -> None:
         await oracle.resolve(asked("answered"))

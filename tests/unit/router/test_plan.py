@@ -20,6 +20,7 @@ from zest.router import (
     RouteConfig,
     find_route,
     parse_routes,
+    peak_priority,
     plan_route,
     tightened,
 )
@@ -577,3 +578,27 @@ def test_room_is_not_judged_without_both_figures_nor_on_emulated_devices() -> No
         "t", route(), engine="llamacpp", devices=devices(CPU, emulated), models=sized(10**9)
     )
     assert on_threads.attempts[0].device == "gpu(emulated)"
+
+
+def test_the_peak_priority_on_a_model_counts_the_clients_that_may_raise_a_route() -> None:
+    """A batch keeps lower prompts' steps short while a request at the peak may arrive: a named
+    client's offset raises the routes it may call (and only those), within the bound."""
+    routes = parse_routes(
+        """\
+version: 1
+models:
+  small: {engine: llamacpp, source: m.gguf}
+  other: {engine: llamacpp, source: o.gguf}
+routes:
+  autocomplete: {kind: completion, model: small, priority: 50}
+  chat: {kind: chat, model: small, priority: 10}
+  summarize: {kind: chat, model: other, fallback: [{model: small}]}
+clients:
+  editor: {key_env: EDITOR_KEY, tasks: [chat], priority: 60}
+  batch: {key_env: BATCH_KEY, tasks: "*", priority: -100}
+""",
+        "routes.yaml",
+    )
+    assert peak_priority(routes, "small") == 70  # chat 10 + the editor's 60 over autocomplete
+    assert peak_priority(routes, "other") == 0  # summarize: the batch client only lowers it
+    assert peak_priority(routes, "none") is None
