@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator
 
 from zest.errors import shown
-from zest.router._schema_keywords import check_keywords
+from zest.router._schema_keywords import check_keywords, numeric_bounds
 
 __all__ = [
     "SCHEMA_LIMITS",
@@ -203,18 +203,7 @@ def _check_satisfiable(schema: Mapping[str, Any], path: tuple[str, ...]) -> None
 
 
 def _check_range(schema: Mapping[str, Any], path: tuple[str, ...]) -> None:
-    def number(keyword: str) -> float | None:
-        value = schema.get(keyword)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        return value
-
-    low, low_open = number("minimum"), False
-    if (ex := number("exclusiveMinimum")) is not None and (low is None or ex >= low):
-        low, low_open = ex, True
-    high, high_open = number("maximum"), False
-    if (ex := number("exclusiveMaximum")) is not None and (high is None or ex <= high):
-        high, high_open = ex, True
+    low, low_open, high, high_open = numeric_bounds(schema)
     if low is None or high is None:
         return
     if low > high or (low == high and (low_open or high_open)):
