@@ -26,7 +26,7 @@ from cachetools import TTLCache
 from pydantic import BaseModel
 
 from zest.engines import Delta, EngineInfo
-from zest.gateway.serving._events import RequestEvents
+from zest.gateway.serving._events import ForwardingEvents, RequestEvents
 from zest.router import Attempt, LoadedRoutes, Plan, RouteConfig
 
 __all__ = ["AnswerCache", "CacheKey", "KeptAnswer", "Recorder", "determined", "replay"]
@@ -201,41 +201,30 @@ class Recorder:
         )
 
 
-class _ChoiceRecorder(RequestEvents):
+class _ChoiceRecorder(ForwardingEvents):
     """One choice's events, forwarded, and its deltas recorded."""
 
     def __init__(self, recorder: Recorder, inner: RequestEvents, choice: int) -> None:
-        self.recorder, self.inner, self.choice = recorder, inner, choice
-
-    def task_named(self, name: str) -> None:
-        self.inner.task_named(name)
-
-    def routed(self, task: str, rule: str) -> None:
-        self.inner.routed(task, rule)
-
-    def attempt(self, model: str, device: str) -> None:
-        self.inner.attempt(model, device)
-
-    def fell_back(self, kind: str) -> None:
-        self.inner.fell_back(kind)
+        super().__init__(inner)
+        self.recorder, self.choice = recorder, choice
 
     def first_token(self, gen: Any) -> None:
         self.recorder.first_token(self.choice, gen)
-        self.inner.first_token(gen)
+        super().first_token(gen)
 
     def delta(self, delta: Delta) -> None:
         self.recorder.delta(self.choice, delta)
-        self.inner.delta(delta)
+        super().delta(delta)
 
     def failed(self, error: BaseException) -> None:
         self.recorder.spoil()
-        self.inner.failed(error)
+        super().failed(error)
 
     def closed(self) -> None:
         kept = self.recorder.deltas[self.choice]
         if not kept or kept[-1].finish_reason is None:  # closed before its end: cut
             self.recorder.spoil()
-        self.inner.closed()
+        super().closed()
 
 
 async def replay(deltas: Sequence[Delta]) -> AsyncGenerator[Delta, None]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from zest.engines import Delta
 from zest.errors import LimitsUnavailableError, RateLimitedError, TaskNotAllowedError
-from zest.gateway.serving._events import RequestEvents
+from zest.gateway.serving._events import ForwardingEvents, RequestEvents
 from zest.router import ClientConfig, ClientLimits
 
 if TYPE_CHECKING:
@@ -153,44 +153,33 @@ class _Served(Protocol):
     def prompt_tokens(self) -> int: ...
 
 
-class _TicketPart(RequestEvents):
+class _TicketPart(ForwardingEvents):
     """Forwards a part's events, and tells the ticket what the part used when it ends: its
     prompt and completion tokens; cut short, its prompt and the pieces it streamed."""
 
     def __init__(self, ticket: Ticket, inner: RequestEvents) -> None:
-        self.ticket, self.inner = ticket, inner
+        super().__init__(inner)
+        self.ticket = ticket
         self.gen: _Served | None = None
         self.pieces = 0
         self.ended = False
 
-    def task_named(self, name: str) -> None:
-        self.inner.task_named(name)
-
-    def routed(self, task: str, rule: str) -> None:
-        self.inner.routed(task, rule)
-
-    def attempt(self, model: str, device: str) -> None:
-        self.inner.attempt(model, device)
-
-    def fell_back(self, kind: str) -> None:
-        self.inner.fell_back(kind)
-
     def first_token(self, gen: _Served) -> None:
         self.gen = gen
-        self.inner.first_token(gen)
+        super().first_token(gen)
 
     def delta(self, delta: Delta) -> None:
-        self.inner.delta(delta)
+        super().delta(delta)
         self.pieces += 1 if delta.text else 0
         if delta.finish_reason is not None:
             self._end(delta.completion_tokens)
 
     def failed(self, error: BaseException) -> None:
-        self.inner.failed(error)
+        super().failed(error)
         self._end(self.pieces)
 
     def closed(self) -> None:
-        self.inner.closed()
+        super().closed()
         self._end(self.pieces)
 
     def _end(self, completion: int) -> None:

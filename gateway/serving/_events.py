@@ -10,7 +10,7 @@ from typing import Any
 
 from zest.engines import Delta
 
-__all__ = ["RequestEvents"]
+__all__ = ["ForwardingEvents", "RequestEvents"]
 
 
 class RequestEvents:
@@ -41,3 +41,35 @@ class RequestEvents:
 
     def closed(self) -> None:
         """The response was closed; a request not ended yet lost its client."""
+
+
+class ForwardingEvents(RequestEvents):
+    """Hands every event on to `inner`: an observer that adds to some events overrides those
+    and calls super() for the forwarding."""
+
+    def __init__(self, inner: RequestEvents) -> None:
+        self.inner = inner
+
+    def task_named(self, name: str) -> None:
+        self.inner.task_named(name)
+
+    def routed(self, task: str, rule: str) -> None:
+        self.inner.routed(task, rule)
+
+    def attempt(self, model: str, device: str) -> None:
+        self.inner.attempt(model, device)
+
+    def fell_back(self, kind: str) -> None:
+        self.inner.fell_back(kind)
+
+    def first_token(self, gen: Any) -> None:
+        self.inner.first_token(gen)
+
+    def delta(self, delta: Delta) -> None:
+        self.inner.delta(delta)
+
+    def failed(self, error: BaseException) -> None:
+        self.inner.failed(error)
+
+    def closed(self) -> None:
+        self.inner.closed()
