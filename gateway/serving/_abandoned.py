@@ -4,7 +4,7 @@ Every generation has one line, however it ends (issue 33): a job a model ran wri
 engine's (`finish=` with its counts), a job that left a model's queue before a slot the
 runner's, and a request stopped before it reached a queue (its client left while it was
 routed, counted, fitted or while its model loaded; a choice stopped with its siblings) this
-one, in the same form. `note_queued` marks the moment a queue has the request's job: from
+one, in the same form. `mark_handed_to_queue` marks the moment a queue has the request's job: from
 then on the runner or the engine writes its line.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from typing import ParamSpec, TypeVar
 
-__all__ = ["note_queued", "stopped_line", "written_when_stopped"]
+__all__ = ["mark_handed_to_queue", "stopped_line", "written_when_stopped"]
 
 log = logging.getLogger("zest.gateway")
 P = ParamSpec("P")
@@ -35,7 +35,7 @@ class _Queued:
 _CURRENT: ContextVar[_Queued | None] = ContextVar("zest_generation_queued", default=None)
 
 
-def note_queued(reached: bool = True) -> None:
+def mark_handed_to_queue(reached: bool = True) -> None:
     """The generation's job is handed to a model's queue: its runner writes its line now
     (False: that attempt's job failed, and the next one has none yet)."""
     if (current := _CURRENT.get()) is not None:

@@ -30,7 +30,7 @@ from zest.engines import (
     Tokenizer,
 )
 from zest.errors import BadRequestError, RequestError
-from zest.gateway.serving._abandoned import note_queued, stopped_line, written_when_stopped
+from zest.gateway.serving._abandoned import mark_handed_to_queue, stopped_line, written_when_stopped
 from zest.gateway.serving._attempts import give_up_or_record
 from zest.gateway.serving._clients import Caller
 from zest.gateway.serving._conditions import ServingConditions
@@ -594,7 +594,7 @@ class _Walk:
             try:
                 gen = await self._try(attempt)
             except RequestError as error:
-                note_queued(False)  # its job, if any, ended with the error: the next has none
+                mark_handed_to_queue(False)  # its job ended with the error; the next has none
                 self._give_up_or_log(attempt, error, last=index + 1 == len(attempts))
                 continue
             gen.fallbacks, gen.events = self.fallbacks, self.events
@@ -638,7 +638,7 @@ class _Walk:
         fitted, budget, prompt = await asyncio.to_thread(self._fit, tokenizer, info)
         label = f"{self.request_id} task={self.plan.task} model={info.model} device={info.device}"
         job = self._job(prompt, budget, label, attempt.model)
-        note_queued()  # the runner has the job at once: it, or the engine, writes its line
+        mark_handed_to_queue()  # the runner has the job at once: it, or the engine, writes its line
         stream = lease.stream(job)
         try:
             first = await first_delta(stream, self.deadline, f"{info.model} on {info.device}")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from zest.gateway.serving._abandoned import note_queued, stopped_line, written_when_stopped
+from zest.gateway.serving._abandoned import mark_handed_to_queue, stopped_line, written_when_stopped
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -27,7 +27,7 @@ async def stopped(work: Any) -> None:
 @written_when_stopped
 async def start(runtime: Any, name: str, *, request_id: str, queue: bool = False) -> None:
     if queue:
-        note_queued()  # a runner has it: its line is the runner's
+        mark_handed_to_queue()  # a runner has it: its line is the runner's
     await asyncio.Event().wait()
 
 
@@ -55,7 +55,7 @@ def test_a_condition_s_own_request_inside_the_routing_marks_only_itself(
     async def routing() -> None:
         with stopped_line("req_a", "chat"):
             with stopped_line("routing", "classifier"):
-                note_queued()  # the condition's job reached its model's queue, and answered
+                mark_handed_to_queue()  # the condition's job reached its queue, and answered
             await asyncio.Event().wait()  # the request is still being routed
 
     asyncio.run(stopped(routing()))
