@@ -65,6 +65,7 @@ class _Sequence:
     preempted: bool = False
     shielded: bool = False
     last_served: int = 0
+    started_step: int = 0  # the step it took its slot (a shield lasts SHIELD_STEPS from it)
     started_at: int = 0  # the scheduler's llama_decode calls when it took its slot
     draft: list[int] = field(default_factory=list)  # proposed for this step
     admitted: float = 0.0
@@ -230,6 +231,7 @@ class BatchScheduler:
                     rows=1 + len(s.draft),
                     last_served=s.last_served,
                     shielded=s.shielded,
+                    started=s.started_step,
                     abandoned=s.job.cancelled.is_set(),
                     group=group,
                     peak=s.job.peak_priority,
@@ -348,7 +350,8 @@ class BatchScheduler:
 
     def _start(self, sequence: _Sequence, *, shielded: bool) -> None:
         sequence.seq, sequence.shielded = self._take_slot(sequence), shielded
-        sequence.last_served, sequence.started_at = self.steps, self._decodes
+        sequence.last_served = sequence.started_step = self.steps
+        sequence.started_at = self._decodes
         self._running[sequence.key] = sequence
         try:
             if sequence.out is None:

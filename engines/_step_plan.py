@@ -16,9 +16,13 @@ a member takes a slot only when the free slots hold every member not running yet
 nothing behind it takes a free slot meanwhile.
 
 Preemption. A waiting request with no free slot takes the slot of the lowest-priority running
-sequence below its own (the latest arrival among equals): the victim's state is saved and it
-waits again, first among its priority. A sequence that was preempted, or that was admitted by
-the aging rule, is shielded: never preempted (again), so it finishes.
+sequence below its own (among equals, one never shielded before one that was, then the latest
+arrival): the victim's state is saved and it waits again, first among its priority. A sequence
+that was preempted, or that was admitted by the aging rule, is shielded: it keeps its slot for
+SHIELD_STEPS steps after it took it, so it is never preempted twice in a row and moves on
+between preemptions (it has rows at least every AGING_STEPS steps while it runs), so it
+finishes. A shield for good would not do: under a steady flow of higher requests every slot
+soon holds a shielded sequence, and the higher requests wait for one to end.
 
 Rows. Route priorities are known at load: each job carries the highest priority of the routes
 its model serves (`peak`), so a lower request's prompt never takes a whole `n_batch` while a
@@ -48,6 +52,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "AGING_STEPS",
     "MIN_CHUNK",
+    "SHIELD_STEPS",
     "WAIT_AGING_STEPS",
     "Running",
     "StepBudget",
@@ -63,6 +68,8 @@ AGING_STEPS = 8
 MIN_CHUNK = 8
 # A request that waited this many steps for a slot takes the next free one first.
 WAIT_AGING_STEPS = 32
+# A shielded sequence (preempted before, or admitted by aging) keeps its slot this many steps.
+SHIELD_STEPS = 32
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,8 @@ class Running:
     remaining: int = 0  # prompt tokens not in the KV cache yet (0: decoding)
     rows: int = 1  # decode rows it would take: its token, then its speculative draft
     last_served: int = 0  # the step of its last rows (or of its admission)
-    shielded: bool = False  # never preempted
+    shielded: bool = False  # preempted before, or admitted by aging: see SHIELD_STEPS
+    started: int = 0  # the step it took its slot
     abandoned: bool = False  # its client left
     group: int | None = None  # the request's n choices it belongs to
     peak: int | None = None  # the highest route priority its model serves (None: not known)
@@ -127,7 +135,7 @@ class StepPlan:
     dropped: tuple[int, ...] = ()  # abandoned: retired, or dropped from the waiting list
     preempted: tuple[int, ...] = ()  # leave their slots (state saved), waiting again
     admitted: tuple[int, ...] = ()  # take a slot, in this order
-    shielded: tuple[int, ...] = ()  # of the admitted: never to be preempted
+    shielded: tuple[int, ...] = ()  # of the admitted: not preempted for SHIELD_STEPS steps
     # (key, tokens) in batch order: decode rows (a token and its draft), then prompt chunks.
     rows: tuple[tuple[int, int], ...] = ()
 
@@ -186,7 +194,10 @@ def _admit(
 ) -> tuple[list[Running], list[Waiting]]:
     """(victims, admitted): free slots by admission order; a request with none takes a lower
     running sequence's slot (never for a group: its members wait for free slots)."""
-    victims = sorted((r for r in running if not r.shielded), key=lambda r: (r.priority, -r.arrival))
+    victims = sorted(
+        (r for r in running if not (r.shielded and step - r.started < SHIELD_STEPS)),
+        key=lambda r: (r.priority, r.shielded, -r.arrival),
+    )
     members = Counter(r.group for r in running if r.group is not None)
     preempted: list[Running] = []
     admitted: list[Waiting] = []
@@ -214,6 +225,7 @@ def _started(request: Waiting, step: int) -> Running:
         remaining=request.remaining,
         last_served=step,
         shielded=request.preempted or _aged(request, step),
+        started=step,
         group=request.group,
         peak=request.peak,
     )

@@ -9,6 +9,7 @@ import pytest
 from zest.engines._step_plan import (
     AGING_STEPS,
     MIN_CHUNK,
+    SHIELD_STEPS,
     WAIT_AGING_STEPS,
     Running,
     StepBudget,
@@ -119,11 +120,16 @@ def test_nothing_is_preempted_for_an_equal_priority_or_a_free_slot() -> None:
     assert plan(running, [Waiting(2, 90, arrival=2, remaining=40)], free=1).preempted == ()
 
 
-def test_a_preempted_sequence_resumes_shielded_and_is_never_preempted_again() -> None:
+def test_a_preempted_sequence_resumes_shielded_for_shield_steps_then_may_be_preempted() -> None:
     resumed = plan([], [Waiting(1, 0, arrival=1, remaining=0, preempted=True)], free=1)
     assert (resumed.admitted, resumed.shielded, resumed.rows) == ((1,), (1,), ((1, 1),))
-    shielded = [Running(1, 0, arrival=1, shielded=True)]
-    assert plan(shielded, [Waiting(2, 50, arrival=2, remaining=40)]).preempted == ()
+    top = [Waiting(2, 50, arrival=2, remaining=40)]
+    shielded = [Running(1, 0, arrival=1, shielded=True, started=0)]
+    assert plan(shielded, top, step=SHIELD_STEPS - 1).preempted == ()
+    assert plan(shielded, top, step=SHIELD_STEPS).preempted == (1,)
+    # Among equals, a sequence never shielded goes before one preempted before.
+    both = [Running(1, 0, arrival=1, shielded=True), Running(3, 0, arrival=0)]
+    assert plan(both, top, step=SHIELD_STEPS).preempted == (3,)
 
 
 def test_a_requests_choices_wait_for_free_slots_for_every_member_and_nothing_jumps_them() -> None:
