@@ -6,12 +6,17 @@ tokens (a least-squares fit over recent steps, older ones weighing less), and an
 
 - `guarded`: the tokens a step may hold while a request of higher priority may arrive behind
   it: as many as fit in GUARDED_MS (that request's first token waits for one such step);
-- `beside`: lower work's tokens beside urgent work: as many as cost one step's fixed part, so
-  a step of urgent work takes at most about twice as long as it would alone;
+- `beside`: lower work's tokens beside urgent work: as many as cost BESIDE_MS at the fitted
+  cost per token (at least one row), so an urgent decode step stays close to its cost alone.
+  It was the fit's fixed part once, but that part grows with the lower prompts' context
+  (their chunks attend over long KV): beside three ~1,600-token summaries it let 5 to 13
+  lower tokens into each autocomplete step, 60-120 ms steps against ~15 ms alone, and the
+  autocomplete's last token came 9x later than alone (zest bench --phases mixed); at one
+  token, 35-45 ms steps;
 - `full`: n_batch.
 
 On the 2-core CPUs here a step costs about 10 ms plus 3 ms a token beside long prompts: a
-guarded step holds about 36 tokens, lower work beside urgent work about 3 (its decode rows).
+guarded step holds about 36 tokens, lower work beside urgent work one token.
 Before any step is measured, DEFAULT_GUARDED and DEFAULT_BESIDE. `FixedCost` answers one
 budget whatever runs: what tests use to pin a batch without a clock.
 """
@@ -23,6 +28,7 @@ from typing import Protocol
 from zest.engines._step_plan import StepBudget
 
 __all__ = [
+    "BESIDE_MS",
     "DEFAULT_BESIDE",
     "DEFAULT_GUARDED",
     "GUARDED_MS",
@@ -34,6 +40,8 @@ __all__ = [
 
 # How long a step may take while a request of higher priority may arrive behind it.
 GUARDED_MS = 120.0
+# What lower work may add to a step of urgent work.
+BESIDE_MS = 5.0
 # A guarded step's tokens at least, however slow the machine (a prompt still moves).
 MIN_GUARDED = 16
 # Before a step is measured.
@@ -97,6 +105,6 @@ class MeasuredCost:
         else:
             fixed, per_token = found
             guarded = int((self._guarded_ms - fixed) / per_token)
-            beside = int(fixed / per_token)
+            beside = int(BESIDE_MS / per_token)
         guarded = min(max(guarded, MIN_GUARDED), self._full)
         return StepBudget(self._full, guarded, min(max(beside, 1), guarded))

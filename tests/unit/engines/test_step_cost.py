@@ -21,13 +21,13 @@ def test_before_any_step_the_defaults() -> None:
 
 def test_steps_on_a_line_give_its_fixed_cost_and_cost_per_token() -> None:
     """10 ms + 3 ms a token: a guarded step (120 ms) holds 36 tokens, lower work beside urgent
-    work 3 (as many as cost the fixed part)."""
+    work 1 (what BESIDE_MS, 5 ms, buys at 3 ms a token), whatever the fixed part."""
     cost = MeasuredCost(512)
     for tokens in (1, 4, 40, 512, 4, 64, 1, 200):
         cost.record(tokens, 10.0 + 3.0 * tokens)
     fixed, per_token = cost.line() or (0.0, 0.0)
     assert (fixed, per_token) == (pytest.approx(10.0), pytest.approx(3.0))
-    assert cost.budget() == StepBudget(512, 36, 3)
+    assert cost.budget() == StepBudget(512, 36, 1)
 
 
 def test_steps_of_one_size_are_read_as_cost_per_token_alone() -> None:
@@ -46,7 +46,7 @@ def test_a_slow_machine_keeps_a_floor_and_a_fast_one_the_ceiling() -> None:
     fast = MeasuredCost(512)
     for tokens in (1, 100):
         fast.record(tokens, 0.01 + 0.001 * tokens)
-    assert fast.budget() == StepBudget(512, 512, 10)
+    assert fast.budget() == StepBudget(512, 512, 512)
 
 
 def test_an_empty_or_unmeasured_step_says_nothing() -> None:
