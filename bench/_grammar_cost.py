@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from httpx_sse import aconnect_sse
 
 from zest.bench._servers import Server
 from zest.bench._workload import Sample, chat_body, question, stream
@@ -100,22 +98,12 @@ async def _heavy(
     client: httpx.AsyncClient, url: str, body: dict[str, Any], decoding: asyncio.Event
 ) -> Sample:
     """The heavy request; `decoding` is set at its first token (it decodes from then on)."""
-    start, times, usage = time.perf_counter(), [], None
-    async with aconnect_sse(client, "POST", url, json=body) as events:
-        events.response.raise_for_status()
-        async for event in events.aiter_sse():
-            if event.data == "[DONE]":
-                break
-            chunk = event.json()
-            usage = chunk.get("usage") or usage
-            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-                times.append(time.perf_counter())
-                decoding.set()
-    decoding.set()  # an empty answer: the round goes on, and reads as one
-    tokens = int(usage["completion_tokens"]) if usage else len(times)
-    span = times[-1] - times[0] if len(times) > 1 else 0.0
-    first = (times[0] - start) * 1000 if times else 0.0
-    return Sample(first, tokens, (tokens - 1) / span if span else 0.0)
+    try:
+        return await stream(client, url, body, first_token=decoding)
+    except RuntimeError:  # an empty answer: the round goes on, and reads as one
+        return Sample(0.0, 0, 0.0)
+    finally:
+        decoding.set()
 
 
 async def _rounds(server: Server, rounds: int) -> list[_Round]:

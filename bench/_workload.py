@@ -50,9 +50,15 @@ def percentile(values: list[float], percent: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
 
 
-async def stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Sample:
+async def stream(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    first_token: asyncio.Event | None = None,
+) -> Sample:
     """One streamed request. Tokens are counted from the usage chunk where there is one (a
-    speculative step can carry several tokens in one event), else one per content event."""
+    speculative step can carry several tokens in one event), else one per content event.
+    `first_token`, if given, is set when the first token arrives."""
     start, times, usage = time.perf_counter(), [], None
     async with aconnect_sse(client, "POST", url, json=body) as events:
         events.response.raise_for_status()
@@ -64,6 +70,8 @@ async def stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> S
             usage = chunk.get("usage") or usage
             if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
                 times.append(time.perf_counter())
+                if first_token is not None:
+                    first_token.set()
     if not times:
         raise RuntimeError(f"{url}: the stream carried no tokens")
     tokens = int(usage["completion_tokens"]) if usage else len(times)
