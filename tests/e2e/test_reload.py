@@ -106,12 +106,16 @@ def test_an_edit_of_the_file_is_put_in_force(watched: tuple[Server, Path]) -> No
     assert answer.status_code == 200, answer.text
     assert answer.headers["x-zest-route"].startswith("task=echo; model=smollm2")
     write(routes, ROUTES)
+    wait_for(lambda: "echo" not in status(server)["config"]["routes"], "the file restored")
 
 
 def test_an_invalid_edit_keeps_the_previous_routes_and_says_why(
     watched: tuple[Server, Path],
 ) -> None:
     server, routes = watched
+    # Each test leaves the file restored and reloaded: "echo" seen here is this edit's table,
+    # not a reload still to come (the misspelt file read by it would leave no echo in force).
+    assert "echo" not in status(server)["config"]["routes"]
     write(routes, ROUTES + EXTRA_ROUTE)
     wait_for(lambda: "echo" in status(server)["config"]["routes"], "the valid edit")
     write(routes, MISSPELT)
@@ -125,6 +129,7 @@ def test_an_invalid_edit_keeps_the_previous_routes_and_says_why(
     assert echo(server).status_code == 200  # the previous table still serves
     server.wait_for_log("the previous routes keep serving")
     write(routes, ROUTES)
+    wait_for(lambda: "echo" not in status(server)["config"]["routes"], "the file restored")
 
 
 def test_a_bad_save_never_stops_the_watcher(watched: tuple[Server, Path]) -> None:
