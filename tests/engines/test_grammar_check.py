@@ -98,7 +98,10 @@ def test_a_grammar_over_the_size_limit_is_a_400() -> None:
 def test_a_check_past_its_time_is_a_400_and_a_new_child() -> None:
     checker = GrammarChecker(GrammarLimits(timeout_s=0.001))
     try:
-        message = refusal(checker, {"enum": [f"value-{i}" for i in range(1000)]})
+        # 20,000 values take the child ~90 ms (174 KB of grammar, inside the size limit): far
+        # past the 1 ms, even when this thread is held off the CPU between the ask and the wait
+        # (1,000 values took ~8 ms, and a busy 2-core machine once answered within the limit).
+        message = refusal(checker, {"enum": [f"value-{i}" for i in range(20_000)]})
         assert "(its grammar took over 0.001 s to build and check)" in message
         assert checker.restarts == 1
     finally:
