@@ -21,6 +21,7 @@ from httpx_sse import connect_sse
 
 from zest.errors import CommandError
 from zest.gateway.cli._client import Gateway, add_gateway_options, gateway_of
+from zest.gateway.cli._ctrl_c import StopOnCtrlC
 
 __all__ = ["add_chat_commands"]
 
@@ -97,6 +98,7 @@ class Session:
     served: Served = field(default_factory=Served)
     written: list[str] = field(default_factory=list)  # the pieces of the answer under way
     asked: str | None = None  # the text of the turn under way, until the history keeps it
+    ctrl_c: StopOnCtrlC = field(default_factory=StopOnCtrlC)  # around `answer`: see _ctrl_c.py
 
     def answer(self, text: str) -> Iterator[str]:
         """The answer's pieces as they come; the history keeps the turn once it is whole."""
@@ -106,12 +108,20 @@ class Session:
         with connect_sse(self.client, "POST", _ENDPOINTS[self.kind], json=body) as source:
             _raise_for_status(source.response, self.gateway)
             self.served.route = source.response.headers.get("x-zest-route", "")
-            for event in source.iter_sse():
-                if event.data == "[DONE]":
-                    break
-                for piece in self._pieces(json.loads(event.data)):
-                    self.written.append(piece)
-                    yield piece
+            self.ctrl_c.watch(source.response)
+            try:
+                for event in source.iter_sse():
+                    if event.data == "[DONE]":
+                        break
+                    for piece in self._pieces(json.loads(event.data)):
+                        self.written.append(piece)
+                        yield piece
+            except httpx.HTTPError:
+                if self.ctrl_c.stopped:  # the socket Ctrl-C shut ended the read
+                    raise KeyboardInterrupt from None
+                raise
+        if self.ctrl_c.stopped:  # its KeyboardInterrupt was lost: the stop still counts
+            raise KeyboardInterrupt
         self._keep(cut=False)
 
     def cut(self) -> bool:
@@ -210,9 +220,10 @@ def _run(args: argparse.Namespace) -> int:
     with gateway.client(timeout=None) as client:
         session = _session(client, gateway, args.task, args)
         try:
-            for piece in session.answer(prompt):
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+            with session.ctrl_c.installed():
+                for piece in session.answer(prompt):
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
         except KeyboardInterrupt:
             print(file=sys.stderr)
             return 130
@@ -250,8 +261,9 @@ def _read(session: Session) -> str | None:
 
 def _answer(session: Session, text: str) -> None:
     try:
-        for piece in session.answer(text):
-            print(piece, end="", flush=True)
+        with session.ctrl_c.installed():
+            for piece in session.answer(text):
+                print(piece, end="", flush=True)
         print()
         print(session.served.line())
     except KeyboardInterrupt:  # the stream is closed: the gateway stops generating

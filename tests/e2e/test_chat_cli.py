@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Iterator
 
@@ -16,6 +17,8 @@ import pytest
 
 from tests.e2e.conftest import REPO, ZEST, Server, run_zest, start_server, stop_server
 from tests.upstream import Behaviour, Proxy
+from zest.gateway.cli._chat import Session
+from zest.gateway.cli._client import Gateway
 
 ENV = {**os.environ, "ZEST_API_KEY": "", "TERM": "dumb"}
 TRANSCRIPT = REPO / "docs" / "snippets" / "zest-chat.txt"
@@ -103,7 +106,7 @@ def test_ctrl_c_stops_the_answer_not_the_session(held: Server, endless: Proxy) -
     child.sendintr()
     child.expect_exact("(stopped; kept in the history, marked as cut)")
     # The stop reached the upstream: zest closed its stream (a hang guard, not a speed bound).
-    assert endless.left.wait(timeout=300)
+    assert endless.left.wait(timeout=300), f"the stream went on; the terminal: {shown(child)}"
     child.expect_exact("chat> ")
     child.sendline("/history")  # the cut turn stays, marked, with the part written
     child.expect(r"you: Write a long story about a dragon and a knight\.\r\nchat: (.+) \[cut\]")
@@ -115,6 +118,48 @@ def test_ctrl_c_stops_the_answer_not_the_session(held: Server, endless: Proxy) -
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+class _LosesCtrlC:
+    """Ctrl-C whose KeyboardInterrupt Python drops: the handler runs inside this finalizer, where
+    an exception is printed as "Exception ignored" and goes no further."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100_000):  # the handler runs at a safe point of this loop
+            pass
+
+
+# Python reports the dropped KeyboardInterrupt as unraisable: here that is the point.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_ctrl_c_whose_interrupt_python_drops_still_stops_the_answer(
+    held: Server, endless: Proxy
+) -> None:
+    """The handler shuts the stream's socket itself: the read ends as a stop, and the gateway
+    sees the client leave (without it the answer went on being read, the gateway generating)."""
+    endless.reset()
+    endless.behaviour = Behaviour(endless="and then ")
+    gateway = Gateway(held.base_url, None)
+    with gateway.client(timeout=None) as client:
+        session = Session(client, gateway, "chat", "chat")
+        with pytest.raises(KeyboardInterrupt):
+            read_losing_ctrl_c(session)
+    assert session.ctrl_c.stopped
+    assert session.cut()  # the part written is the turn's
+    assert endless.left.wait(timeout=300)
+
+
+def read_losing_ctrl_c(session: Session) -> None:
+    with session.ctrl_c.installed():
+        for pieces, _ in enumerate(session.answer("Write a long story."), start=1):
+            if pieces == 3:
+                _LosesCtrlC()  # no reference kept: finalized at once
+            assert pieces < 200, "the answer went on after Ctrl-C"
+
+
+def shown(child: pexpect.spawn) -> str:
+    assert isinstance(child.logfile_read, io.StringIO)
+    return child.logfile_read.getvalue()[-2000:]
 
 
 def test_task_switches_to_another_kind_and_names_an_unknown_one(server: Server) -> None:
