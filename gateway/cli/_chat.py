@@ -117,9 +117,8 @@ class Session:
                         self.written.append(piece)
                         yield piece
             except httpx.HTTPError:
-                if self.ctrl_c.stopped:  # the socket Ctrl-C shut ended the read
-                    raise KeyboardInterrupt from None
-                raise
+                if not self.ctrl_c.stopped:  # else the socket Ctrl-C shut ended the read
+                    raise
         if self.ctrl_c.stopped:  # its KeyboardInterrupt was lost: the stop still counts
             raise KeyboardInterrupt
         self._keep(cut=False)

@@ -42,13 +42,13 @@ class StopOnCtrlC:
         try:
             previous = signal.signal(signal.SIGINT, self._interrupted)
         except ValueError:  # not the main thread: only it may handle signals
-            yield
-            return
+            previous = None
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
             self._socket = None
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
 
     def _interrupted(self, signum: int, frame: FrameType | None) -> None:
         self.stopped = True
